@@ -1,0 +1,48 @@
+# Two commands to start: `make demo` and `make test`. Both create .venv on first use.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+PYTEST_ARGS ?=
+MLFLOW_PORT ?= 5000
+
+.PHONY: help install demo test test-fast lint bench mlflow-ui clean
+
+help:
+	@echo "make demo       train the default config (digits, 2 DDP workers) on an embedded local Ray"
+	@echo "make test       the whole test suite (unit, distributed, cluster, e2e)"
+	@echo "make test-fast  unit tests only"
+	@echo "make lint       ruff + hadolint"
+	@echo "make bench      CPU benchmarks (JSON on stdout)"
+	@echo "make mlflow-ui  browse the embedded MLflow store on http://127.0.0.1:$(MLFLOW_PORT)"
+
+# The venv is rebuilt when the dependency files change. scripts/install.sh is the same recipe the
+# Dockerfile runs: torch==2.13.0 first (the CPU wheel on disk here), then the project under constraints.txt.
+$(STAMP): pyproject.toml constraints.txt scripts/install.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	scripts/install.sh $(PY) dev
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m jobs.train --config configs/digits.yaml --summary-json results/demo-summary.json
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/hadolint Dockerfile
+
+bench: $(STAMP)
+	$(PY) bench/overhead.py
+
+mlflow-ui: $(STAMP)
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT)
+
+clean:
+	rm -rf results mlflow.db mlartifacts .pytest_cache

@@ -1,0 +1,427 @@
+"""Typed job configuration: one pydantic model per concern.
+
+Precedence, lowest to highest::
+
+    built-in defaults  <  --config FILE.yaml  <  dotted overrides  section.key=value
+
+Override values are parsed as YAML, so ``scaling.num_workers=[1,4]``, ``model.hidden_sizes=[256,256]``
+and ``train.compile=true`` mean what they look like. Every mistake surfaces as one
+:class:`ConfigError` that names the dotted field and the bad value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SCORE_METRICS = ("val_loss", "val_accuracy", "val_perplexity", "train_loss", "train_accuracy")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class ConfigError(ValueError):
+    """A configuration mistake: which field, which value, and why."""
+
+    def __init__(self, field: str, value: Any, reason: str):
+        self.field, self.value, self.reason = field, value, reason
+        super().__init__(f"{field}={value!r}: {reason}" if field else reason)
+
+
+class Section(BaseModel):
+    """Base for every section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, validate_default=True)
+
+
+class ModelConfig(Section):
+    name: str = Field("mlp", description="mlp | cnn | gpt, or 'package.module:function' returning an nn.Module.")
+    hidden_sizes: list[int] = Field([256, 256], description="mlp: widths of the hidden layers.")
+    channels: list[int] = Field([32, 64], description="cnn: output channels of the conv blocks.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout probability (mlp, cnn, gpt).")
+    n_layer: int = Field(4, gt=0, description="gpt: transformer blocks.")
+    n_head: int = Field(4, gt=0, description="gpt: attention heads per block.")
+    d_model: int = Field(256, gt=0, description="gpt: embedding width; must be divisible by n_head.")
+    seq_len: int = Field(128, gt=0, description="gpt: context length in tokens.")
+    vocab_size: int = Field(256, gt=0, description="gpt: vocabulary size (256 for byte-level text).")
+    options: dict[str, Any] = Field({}, description="Keyword arguments for a user 'module:function' model.")
+
+    @field_validator("hidden_sizes", "channels")
+    @classmethod
+    def _positive_sizes(cls, v: list[int]) -> list[int]:
+        if any(s <= 0 for s in v):
+            raise ValueError("every size must be > 0")
+        return v
+
+
+class DataConfig(Section):
+    name: str = Field(
+        "digits",
+        description="digits | synthetic | synthetic_tokens | text, or 'package.module:function' returning datasets.",
+    )
+    path: str | None = Field(None, description="text: a UTF-8 file or a folder of files, read as bytes.")
+    num_samples: int = Field(8192, gt=0, description="synthetic*: number of generated samples.")
+    num_features: int = Field(64, gt=0, description="synthetic: input features per sample.")
+    num_classes: int = Field(10, ge=2, description="synthetic: number of classes.")
+    val_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="Share of the samples held out for validation.")
+    loader_workers: int = Field(2, ge=0, description="DataLoader worker processes for map-style datasets.")
+    options: dict[str, Any] = Field({}, description="Keyword arguments for a user 'module:function' dataset.")
+    trace_path: str | None = Field(
+        None, description="Debug: append the sample ids each worker consumes per step to PATH.rank<r> (JSONL)."
+    )
+
+
+class TrainConfig(Section):
+    epochs: int = Field(10, gt=0, description="Passes over the training set.")
+    global_batch_size: int = Field(
+        128, gt=0, description="Samples per optimizer step, summed over all workers (the hyperparameter)."
+    )
+    micro_batch_size: int | None = Field(
+        None, gt=0, description="Cap on samples per worker forward pass; more are gradient-accumulated."
+    )
+    lr: float = Field(3e-3, gt=0.0, description="Peak learning rate.")
+    optimizer: Literal["sgd", "adam", "adamw"] = Field("adamw", description="sgd | adam | adamw.")
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="sgd: momentum.")
+    weight_decay: float = Field(0.0, ge=0.0, description="Weight decay (decoupled for adamw).")
+    schedule: Literal["constant", "cosine"] = Field("cosine", description="LR schedule after warmup.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to lr over this many optimizer steps.")
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="cosine: final lr as a fraction of lr.")
+    grad_clip: float | None = Field(1.0, gt=0.0, description="Clip the global gradient norm to this; null = off.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Autocast dtype (fp16 uses a GradScaler).")
+    compile: bool = Field(False, description="torch.compile the model.")
+    activation_checkpointing: bool = Field(False, description="gpt: recompute block activations in backward.")
+
+
+class ScalingConfig(Section):
+    num_workers: int | tuple[int, int] = Field(
+        2, description="Workers (one per GPU, or per CPU slot): an int, or [min, max] for elastic training."
+    )
+    use_gpu: Literal["auto"] | bool = Field("auto", description="auto = use GPUs when the cluster has any.")
+    autoscaling: bool = Field(
+        False, description="The cluster autoscales: the preflight warns instead of refusing what it lacks now."
+    )
+    resources_per_worker: dict[str, float] | None = Field(
+        None, description="Ray resources per worker, e.g. {CPU: 4, GPU: 1}; default 1 CPU (+1 GPU)."
+    )
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp replicates the model; fsdp shards it.")
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="How the worker group is laid out over nodes."
+    )
+    resize_check_interval_s: float = Field(
+        30.0, gt=0.0, description="Elastic: how often a healthy run checks whether it can grow."
+    )
+
+    @field_validator("use_gpu", mode="before")
+    @classmethod
+    def _gpu_flag(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.lower() in ("true", "false", "auto"):
+            return {"true": True, "false": False}.get(v.lower(), "auto")
+        if not isinstance(v, bool) and v != "auto":
+            raise ValueError("must be auto, true or false")
+        return v
+
+    @field_validator("num_workers", mode="before")
+    @classmethod
+    def _workers_shape(cls, v: Any) -> Any:
+        if isinstance(v, list | tuple) and len(v) != 2:
+            raise ValueError("must be an int or a [min, max] pair")
+        return v
+
+    @field_validator("num_workers")
+    @classmethod
+    def _workers_range(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
+        lo, hi = (v, v) if isinstance(v, int) else v
+        if lo < 1:
+            raise ValueError("worker counts must be >= 1")
+        if lo > hi:
+            raise ValueError(f"min ({lo}) must be <= max ({hi})")
+        return v
+
+    @property
+    def min_workers(self) -> int:
+        return self.num_workers if isinstance(self.num_workers, int) else self.num_workers[0]
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers if isinstance(self.num_workers, int) else self.num_workers[1]
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_workers != self.max_workers
+
+
+class CheckpointConfig(Section):
+    every_steps: int | None = Field(None, gt=0, description="Checkpoint every N optimizer steps (null = off).")
+    every_seconds: float | None = Field(120.0, gt=0.0, description="Checkpoint every T seconds (null = off).")
+    at_epoch_end: bool = Field(True, description="Checkpoint at the end of every epoch.")
+    storage_path: str | None = Field(
+        None, description="Run storage (local, NFS, s3://, gs://); default <home>/results. Shared if multi-node."
+    )
+    keep: int = Field(2, gt=0, description="Keep the best `keep` checkpoints by `score`, plus the latest.")
+    score: str = Field("val_loss", description="Reported metric that ranks checkpoints.")
+    score_mode: Literal["min", "max"] = Field("min", description="Whether a lower or higher score is better.")
+
+
+class FailureConfig(Section):
+    max_failures: int = Field(3, ge=-1, description="Worker-group failures to recover from; -1 = unlimited.")
+    health_check_interval_s: float = Field(
+        0.5, gt=0.0, description="Ray Train controller poll period; bounds report latency and failure detection."
+    )
+
+
+class TrackingConfig(Section):
+    enabled: bool = Field(True, description="Log to MLflow at all.")
+    uri: str | None = Field(
+        None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI, else sqlite:///<home>/mlflow.db."
+    )
+    experiment: str = Field("elastic-train", description="MLflow experiment name.")
+    log_every_steps: int = Field(10, gt=0, description="Log train metrics every N optimizer steps.")
+    system_metrics: bool = Field(True, description="Log CPU/GPU/memory system metrics from the rank-0 node.")
+    log_checkpoints: list[Literal["none", "last", "best", "all"]] = Field(
+        ["best", "last"], description="Which checkpoints to copy into MLflow artifacts."
+    )
+    register_model: str | None = Field(None, description="Register the final model under this name.")
+    required: bool = Field(True, description="Fail at start (exit 2) when the tracking server is unreachable.")
+
+    @field_validator("log_checkpoints", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class Distribution(Section):
+    type: Literal["loguniform", "uniform", "choice", "grid", "randint"] = Field(
+        description="loguniform | uniform | randint (low, high) or choice | grid (values)."
+    )
+    low: float | None = Field(None, description="Lower bound (loguniform, uniform, randint).")
+    high: float | None = Field(None, description="Upper bound (loguniform, uniform, randint; exclusive for randint).")
+    values: list[Any] | None = Field(None, description="Candidates (choice, grid).")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Distribution:
+        if self.type in ("choice", "grid"):
+            if not self.values:
+                raise ValueError(f"{self.type} needs a non-empty `values` list")
+        else:
+            if self.low is None or self.high is None:
+                raise ValueError(f"{self.type} needs `low` and `high`")
+            if self.low >= self.high:
+                raise ValueError(f"low ({self.low}) must be < high ({self.high})")
+            if self.type == "loguniform" and self.low <= 0:
+                raise ValueError(f"loguniform needs low > 0, got {self.low}")
+        return self
+
+
+def _default_space() -> dict[str, Distribution]:
+    return {
+        "train.lr": Distribution(type="loguniform", low=1e-4, high=1e-1),
+        "train.global_batch_size": Distribution(type="choice", values=[32, 64, 128, 256]),
+    }
+
+
+class SweepConfig(Section):
+    num_samples: int = Field(8, gt=0, description="Trials to sample (per grid point when the space has grids).")
+    search: Literal["random", "grid", "optuna"] = Field("random", description="random | grid | optuna (extra).")
+    space: dict[str, Distribution] = Field(
+        default_factory=_default_space, description="Dotted config key -> distribution."
+    )
+    metric: str = Field("val_loss", description="Metric the sweep optimises.")
+    mode: Literal["min", "max"] = Field("min", description="Minimise or maximise `metric`.")
+    scheduler: Literal["asha", "none"] = Field("asha", description="asha stops weak trials early; none runs all.")
+    grace_period: int = Field(1, gt=0, description="asha: epochs every trial runs before it can be stopped.")
+    reduction_factor: float = Field(2.0, gt=1.0, description="asha: keep 1/reduction_factor at each rung.")
+    max_concurrent_trials: Literal["auto"] | int = Field(
+        "auto", description="Trials at once; auto = what the cluster can hold."
+    )
+
+    @field_validator("max_concurrent_trials")
+    @classmethod
+    def _positive(cls, v: Any) -> Any:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1 or 'auto'")
+        return v
+
+
+class PerfConfig(Section):
+    peak_tflops: float | None = Field(None, gt=0.0, description="Device peak TFLOP/s for MFU; default from a table.")
+
+
+class JobConfig(Section):
+    seed: int = Field(0, ge=0, description="Seeds model init, data split and data order.")
+    name: str | None = Field(None, description="Run name; default <config name>-<timestamp>. Same name = resume.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    scaling: ScalingConfig = Field(default_factory=ScalingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    failure: FailureConfig = Field(default_factory=FailureConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
+    perf: PerfConfig = Field(default_factory=PerfConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(NAME_PATTERN, v):
+            raise ValueError("use letters, digits, '.', '_' and '-' (it names a storage folder)")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> JobConfig:
+        g, max_w = self.train.global_batch_size, self.scaling.max_workers
+        if g < max_w:
+            raise ConfigError(
+                "train.global_batch_size", g, f"smaller than the maximum worker count {max_w}; every worker needs a sample"
+            )
+        if self.checkpoint.score not in SCORE_METRICS:
+            raise ConfigError("checkpoint.score", self.checkpoint.score, f"not a reported metric; use one of {', '.join(SCORE_METRICS)}")
+        if self.model.name == "gpt" and self.model.d_model % self.model.n_head:
+            raise ConfigError("model.d_model", self.model.d_model, f"not divisible by model.n_head={self.model.n_head}")
+        return self
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["train.lr=0.1", "scaling.num_workers=[1,4]"]`` -> ``{"train.lr": 0.1, ...}`` (values parsed as YAML)."""
+    parsed: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("override", item, "expected section.key=value")
+        if not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w.]*)?$", key):
+            raise ConfigError("override", item, "the key must be dotted names like train.lr")
+        try:
+            parsed[key] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as e:
+            raise ConfigError(key, raw, f"value is not valid YAML ({_first_line(e)})") from None
+    return parsed
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a config file; a missing, unreadable or non-mapping file is a ConfigError."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("--config", str(path), "file not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
+        raise ConfigError("--config", str(path), f"cannot parse YAML ({_first_line(e)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("--config", str(path), f"top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> JobConfig:
+    """Defaults < YAML file < dotted overrides, validated into a JobConfig."""
+    tree = read_yaml(path) if path else {}
+    for key, value in parse_overrides(overrides).items():
+        _set_dotted(tree, key, value)
+    return validate(tree)
+
+
+def validate(tree: dict[str, Any]) -> JobConfig:
+    """Validate a nested dict into a JobConfig, turning pydantic's report into one ConfigError."""
+    try:
+        return JobConfig.model_validate(tree)
+    except ValidationError as e:
+        raise _to_config_error(e, tree) from None
+
+
+def with_overrides(cfg: JobConfig, overrides: dict[str, Any]) -> JobConfig:
+    """A copy of ``cfg`` with dotted keys replaced (used for sweep trials)."""
+    tree = cfg.model_dump(mode="python")
+    for key, value in overrides.items():
+        _set_dotted(tree, key, value)
+    return validate(tree)
+
+
+def flatten(cfg: JobConfig) -> dict[str, Any]:
+    """``section.key`` -> value for every field (MLflow params, summaries)."""
+    out: dict[str, Any] = {}
+    for key, value in cfg.model_dump(mode="json").items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{sub}": v for sub, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def leaf_keys() -> set[str]:
+    """Every dotted key a config accepts (for validating sweep spaces)."""
+    keys: set[str] = set()
+    for name, field in JobConfig.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, Section):
+            keys.update(f"{name}.{k}" for k in sub.model_fields)
+        else:
+            keys.add(name)
+    return keys
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(".".join(parts[: i + 1]), child, f"is not a section, cannot set {key}")
+        node = child
+    node[parts[-1]] = value
+
+
+def _to_config_error(e: ValidationError, tree: dict[str, Any]) -> ConfigError:
+    err = e.errors()[0]
+    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "tuple[", "list["))]
+    # Union members show up as extra loc parts ("int", "tuple[int, int]", "literal['auto']"); drop them.
+    loc = [p for p in loc if not re.match(r"^(int|float|str|bool|literal\[.*\]|dict\[.*\]|none)$", p)]
+    field = ".".join(loc)
+    ctx_err = (err.get("ctx") or {}).get("error")
+    if isinstance(ctx_err, ConfigError):
+        return ctx_err
+    value = _lookup(tree, loc)
+    if err["type"] == "extra_forbidden":
+        section = _section_model(loc[:-1])
+        known = sorted(section.model_fields) if section else []
+        hint = difflib.get_close_matches(loc[-1], known, n=1)
+        where = ".".join(loc[:-1]) or "top level"
+        reason = f"unknown key in {where}" + (f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}")
+        return ConfigError(field, value, reason)
+    reason = err["msg"].removeprefix("Value error, ")
+    more = len(e.errors()) - 1
+    return ConfigError(field, value, reason + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""))
+
+
+def _lookup(tree: Any, loc: list[str]) -> Any:
+    node = tree
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list | tuple) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _section_model(loc: list[str]) -> type[Section] | None:
+    model: type[Section] = JobConfig
+    for part in loc:
+        field = model.model_fields.get(part)
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, Section)):
+            return None
+        model = field.annotation
+    return model
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

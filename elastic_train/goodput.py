@@ -1,0 +1,84 @@
+"""Goodput accounting across failures: pure Python, driven by rank 0, persisted in a RunLedger.
+
+Rank 0 keeps a :class:`GoodputBook`; after each log interval it pushes the book to the run's ledger (an actor
+that outlives worker groups). When a worker group restarts, the new rank 0 reads the last book back and
+charges the failure: the time from the last heartbeat before it to the first step after it, and the steps
+(and their time) done after the restored checkpoint, which must now be recomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from elastic_train.state import Goodput
+
+
+@dataclass
+class GoodputBook:
+    totals: Goodput = field(default_factory=Goodput)
+    world_sizes: list[int] = field(default_factory=list)
+    attempts: int = 0
+    last_step: int = 0  # global step at the last heartbeat
+    last_time: float = 0.0  # wall time (unix) of the last heartbeat
+    logged_step: int = -1  # highest step whose metrics were sent to tracking
+    first_step_unix: float | None = None
+    pending_failure_since: float | None = None  # set at a restart until its first step completes
+    attempt_started: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GoodputBook:
+        d = dict(d)
+        d["totals"] = Goodput(**d["totals"])
+        return cls(**d)
+
+    # --------------------------------------------------------------------------------- events
+    def begin_attempt(
+        self, now: float, world_size: int, restored_step: int | None, restored: Goodput | None, restored_sizes: list[int]
+    ) -> dict[str, Any]:
+        """A worker group (re)started. Returns what to announce: restart number, lost steps, resize."""
+        first_in_driver = self.attempts == 0
+        self.attempts += 1
+        self.attempt_started = now
+        event: dict[str, Any] = {"restart": False, "recomputed_steps": 0, "previous_world_size": None}
+        if first_in_driver:
+            if restored is not None:  # a resumed job: carry the run's history from the checkpoint
+                self.totals = Goodput(**asdict(restored))
+                self.totals.restarts += 1
+                self.world_sizes = list(restored_sizes)
+                self.last_step = restored_step or 0
+                event["restart"] = True
+        else:
+            self.totals.restarts += 1
+            event["restart"] = True
+            lost_steps = max(0, self.last_step - (restored_step or 0))
+            self.totals.recomputed_steps += lost_steps
+            event["recomputed_steps"] = lost_steps
+            if restored is not None:  # productive time after the checkpoint is lost with those steps
+                wasted = max(0.0, self.totals.productive_s - restored.productive_s)
+                self.totals.productive_s -= wasted
+                self.totals.restart_lost_s += wasted
+            self.pending_failure_since = self.last_time or now
+        if self.world_sizes and self.world_sizes[-1] != world_size:
+            event["previous_world_size"] = self.world_sizes[-1]
+        if not self.world_sizes or self.world_sizes[-1] != world_size:
+            self.world_sizes.append(world_size)
+        event["restarts"] = self.totals.restarts
+        return event
+
+    def first_step_done(self, now: float) -> None:
+        if self.first_step_unix is None:
+            self.first_step_unix = now
+            self.totals.startup_s += now - self.attempt_started
+        if self.pending_failure_since is not None:
+            self.totals.restart_lost_s += now - self.pending_failure_since
+            self.pending_failure_since = None
+        self.last_time = now
+
+    def heartbeat(self, now: float, global_step: int, productive_s: float, checkpoint_s: float) -> None:
+        self.totals.productive_s += productive_s
+        self.totals.checkpoint_s += checkpoint_s
+        self.last_step, self.last_time = global_step, now

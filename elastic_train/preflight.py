@@ -1,0 +1,266 @@
+"""Preflight: check the plan against the cluster before acquiring anything (DESIGN invariant 7).
+
+Two stages. :func:`check_static` needs no cluster: it builds the dataset and the model on the driver, so a
+bad name, import path or shape fails here. :func:`check_cluster` then asks Ray what exists: nodes, CPUs,
+GPUs (and what ``torch.cuda.device_count()`` sees on each GPU node), whether the requested workers fit,
+and whether the storage path is writable and visible from every node. Problems raise ConfigError naming
+the field; soft problems become warnings in the report.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from elastic_train.batching import BatchPlan
+from elastic_train.config import ConfigError, JobConfig
+from elastic_train.data import DataBundle, build_data, describe
+from elastic_train.models import build_model, count_parameters
+from elastic_train.trainer import worker_resources
+
+
+@dataclass
+class NodeInfo:
+    node_id: str
+    address: str
+    cpus: float
+    gpus: float
+    torch_gpus: int | None = None  # torch.cuda.device_count() on that node (GPU nodes only)
+
+
+@dataclass
+class PreflightReport:
+    nodes: list[NodeInfo]
+    use_gpu: bool
+    resources_per_worker: dict[str, float]
+    fit_workers: int
+    requested: tuple[int, int]
+    storage_path: str
+    storage_shared: bool | None
+    plans: list[BatchPlan]
+    data: dict[str, Any]
+    model_parameters: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total_cpus(self) -> float:
+        return sum(n.cpus for n in self.nodes)
+
+    @property
+    def total_gpus(self) -> float:
+        return sum(n.gpus for n in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": [vars(n) for n in self.nodes],
+            "cpus": self.total_cpus,
+            "gpus": self.total_gpus,
+            "use_gpu": self.use_gpu,
+            "resources_per_worker": self.resources_per_worker,
+            "workers_that_fit": self.fit_workers,
+            "requested_workers": list(self.requested),
+            "storage_path": self.storage_path,
+            "storage_shared": self.storage_shared,
+            "batch_plans": [p.describe() for p in self.plans],
+            "data": self.data,
+            "model_parameters": self.model_parameters,
+            "warnings": self.warnings,
+        }
+
+    def render(self) -> str:
+        lo, hi = self.requested
+        lines = [f"preflight: {len(self.nodes)} node(s), {self.total_cpus:g} CPUs, {self.total_gpus:g} GPUs"]
+        for n in self.nodes:
+            seen = f", torch sees {n.torch_gpus}" if n.torch_gpus is not None else ""
+            lines.append(f"  node {n.address:<15} {n.cpus:>5g} CPU {n.gpus:>3g} GPU{seen}")
+        want = f"{lo}" if lo == hi else f"{lo}..{hi} (elastic)"
+        lines.append(
+            f"  workers: {want} x {self.resources_per_worker} on {'GPU' if self.use_gpu else 'CPU'}; "
+            f"{self.fit_workers} fit the cluster"
+        )
+        shared = {True: "visible from every node", False: "NOT shared", None: "single node"}[self.storage_shared]
+        lines.append(f"  storage: {self.storage_path} ({shared})")
+        lines.append(f"  data: {self.data['train_samples']} train / {self.data['val_samples']} val samples; "
+                     f"model: {self.model_parameters:,} parameters")
+        for p in self.plans:
+            lines.append(f"  batch plan W={p.world_size}: {p}")
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------- static
+
+
+def check_static(cfg: JobConfig) -> tuple[DataBundle, int]:
+    """Build the data and the model once on the driver; ConfigError on any mistake."""
+    bundle = build_data(cfg)
+    model = build_model(cfg, bundle.spec)
+    return bundle, count_parameters(model)
+
+
+def batch_plans(cfg: JobConfig, limit: int = 6) -> list[BatchPlan]:
+    lo, hi = cfg.scaling.min_workers, cfg.scaling.max_workers
+    sizes = list(range(lo, hi + 1))
+    if len(sizes) > limit:
+        sizes = sizes[: limit // 2] + sizes[-(limit // 2) :]
+    return [BatchPlan(cfg.train.global_batch_size, w, cfg.train.micro_batch_size) for w in sizes]
+
+
+# ---------------------------------------------------------------------------------------- cluster
+
+
+def cluster_nodes() -> list[NodeInfo]:
+    nodes = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        res = n.get("Resources", {})
+        nodes.append(NodeInfo(n["NodeID"], n.get("NodeManagerAddress", "?"), res.get("CPU", 0.0), res.get("GPU", 0.0)))
+    return nodes
+
+
+def workers_that_fit(nodes: list[NodeInfo], per_worker: dict[str, float], totals: list[dict[str, float]]) -> int:
+    """How many workers the cluster could place if it were idle (per node, the scarcest resource)."""
+    fit = 0
+    for node_res in totals:
+        per_node = min(
+            (math.floor(node_res.get(k, 0.0) / v + 1e-9) for k, v in per_worker.items() if v > 0), default=0
+        )
+        fit += per_node
+    return fit
+
+
+def check_cluster(cfg: JobConfig, storage_path: str, bundle: DataBundle, n_params: int) -> PreflightReport:
+    """Compare the request with the connected cluster. Requires ``ray.init`` to have run."""
+    nodes = cluster_nodes()
+    totals = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    gpus = sum(n.gpus for n in nodes)
+    use_gpu = cfg.scaling.use_gpu if isinstance(cfg.scaling.use_gpu, bool) else gpus > 0
+    report = PreflightReport(
+        nodes=nodes,
+        use_gpu=use_gpu,
+        resources_per_worker=worker_resources(cfg, use_gpu),
+        fit_workers=0,
+        requested=(cfg.scaling.min_workers, cfg.scaling.max_workers),
+        storage_path=storage_path,
+        storage_shared=None,
+        plans=batch_plans(cfg),
+        data=describe(bundle),
+        model_parameters=n_params,
+    )
+    if use_gpu and gpus == 0 and not cfg.scaling.autoscaling:
+        raise ConfigError("scaling.use_gpu", cfg.scaling.use_gpu, "the cluster has no GPUs")
+    report.fit_workers = workers_that_fit(nodes, report.resources_per_worker, totals)
+    _check_fit(cfg, report)
+    if use_gpu:
+        _probe_torch_gpus(report)
+    report.storage_shared = check_storage(storage_path, nodes)
+    return report
+
+
+def _check_fit(cfg: JobConfig, report: PreflightReport) -> None:
+    lo, hi = report.requested
+    fit, res = report.fit_workers, report.resources_per_worker
+    have = {k: sum(float(n.gpus if k == "GPU" else n.cpus if k == "CPU" else 0) for n in report.nodes) for k in res}
+    if fit < lo:
+        reason = (
+            f"needs {lo} worker(s) x {res}, the cluster has {have} in all: at most {fit} worker(s) fit"
+        )
+        if not cfg.scaling.autoscaling:
+            field_name = "scaling.resources_per_worker" if fit == 0 and cfg.scaling.resources_per_worker else "scaling.num_workers"
+            value = cfg.scaling.resources_per_worker if field_name.endswith("worker") else cfg.scaling.num_workers
+            raise ConfigError(field_name, value, reason)
+        report.warnings.append(reason + "; waiting for the autoscaler")
+    elif fit < hi:
+        report.warnings.append(f"{fit} of up to {hi} workers fit now; the run grows when capacity appears")
+
+
+def _probe_torch_gpus(report: PreflightReport) -> None:
+    """Ask torch on every GPU node how many devices it sees (Ray's GPU count is only a label)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    refs = {}
+    for n in report.nodes:
+        if n.gpus > 0:
+            strategy = NodeAffinitySchedulingStrategy(n.node_id, soft=False)
+            refs[n.node_id] = _torch_device_count.options(scheduling_strategy=strategy).remote()
+    for n in report.nodes:
+        if n.node_id in refs:
+            try:
+                n.torch_gpus = ray.get(refs[n.node_id], timeout=120)
+            except Exception as e:  # noqa: BLE001 - a probe failure is a warning, not a verdict
+                report.warnings.append(f"could not probe GPUs on {n.address}: {type(e).__name__}")
+                continue
+            if n.torch_gpus < n.gpus:
+                report.warnings.append(f"node {n.address}: Ray advertises {n.gpus:g} GPUs, torch sees {n.torch_gpus}")
+
+
+@ray.remote(num_cpus=0)
+def _torch_device_count() -> int:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+        capture_output=True, text=True, env=env, timeout=100, check=False,
+    )
+    return int(out.stdout.strip() or 0)
+
+
+def check_storage(path: str, nodes: list[NodeInfo]) -> bool | None:
+    """Writable from the driver, and (local paths on several nodes) visible from every node."""
+    marker_name = f".preflight-{uuid.uuid4().hex[:12]}"
+    if "://" in path:
+        _check_uri_storage(path, marker_name)
+        return True
+    root = Path(path)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        marker = root / marker_name
+        marker.write_text("elastic-train preflight")
+    except OSError as e:
+        raise ConfigError("checkpoint.storage_path", path, f"not writable ({e.strerror or e})") from None
+    try:
+        if len(nodes) <= 1:
+            return None
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        refs = [
+            _path_exists.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)).remote(str(marker))
+            for n in nodes
+        ]
+        seen = ray.get(refs, timeout=120)
+        blind = [n.address for n, ok in zip(nodes, seen, strict=True) if not ok]
+        if blind:
+            raise ConfigError(
+                "checkpoint.storage_path", path,
+                f"is local to the driver's node; node(s) {', '.join(blind)} cannot see it. "
+                "Use a shared filesystem (NFS) or s3:// / gs:// storage for multi-node runs",
+            )
+        return True
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+@ray.remote(num_cpus=0)
+def _path_exists(path: str) -> bool:
+    return Path(path).exists()
+
+
+def _check_uri_storage(uri: str, marker_name: str) -> None:
+    import pyarrow.fs
+
+    try:
+        fs, base = pyarrow.fs.FileSystem.from_uri(uri)
+        fs.create_dir(base, recursive=True)
+        marker = f"{base.rstrip('/')}/{marker_name}"
+        with fs.open_output_stream(marker) as f:
+            f.write(b"elastic-train preflight")
+        fs.delete_file(marker)
+    except Exception as e:  # noqa: BLE001 - any storage failure is a config problem
+        raise ConfigError("checkpoint.storage_path", uri, f"not usable ({type(e).__name__}: {e})") from None

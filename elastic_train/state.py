@@ -1,0 +1,273 @@
+"""TrainState: everything a bit-exact resume needs, saved and loaded through ``state_dict()``.
+
+A checkpoint is a directory with fixed file names::
+
+    model.pt            the unwrapped model's state_dict (rank 0; sharded models use dcp/ instead)
+    train_state.pt      optimizer, LR schedule, grad scaler, progress, counters (rank 0)
+    rng/rank_<r>.pt     Python, NumPy and torch CPU/CUDA RNG states of worker r (every rank)
+    meta.json           progress, metrics, world size, the resolved config; written last (rank 0)
+
+Every file is written to a temporary name and renamed into place, and ``meta.json`` goes last: a directory
+without it is incomplete and is refused on load, so a crash during a save never yields a half checkpoint.
+No Ray and no MLflow here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from elastic_train.loop import Precision
+
+FORMAT_VERSION = 1
+META = "meta.json"
+MODEL = "model.pt"
+TRAIN_STATE = "train_state.pt"
+
+
+@dataclass
+class Progress:
+    """Where training stands. ``step_in_epoch`` is the next global batch to consume in ``epoch``."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    samples_seen: int = 0
+
+    def advance(self, samples: int, steps_per_epoch: int) -> None:
+        self.global_step += 1
+        self.samples_seen += samples
+        self.step_in_epoch += 1
+        if self.step_in_epoch >= steps_per_epoch:
+            self.epoch += 1
+            self.step_in_epoch = 0
+
+
+@dataclass
+class Goodput:
+    """Where the run's wall time went, cumulative over restarts and job resumes (seconds / steps)."""
+
+    productive_s: float = 0.0  # inside training steps (forward, backward, optimizer, data wait)
+    checkpoint_s: float = 0.0  # training blocked on evaluation + checkpoint save + report
+    restart_lost_s: float = 0.0  # from the last sign of life before a failure to the first step after
+    recomputed_steps: int = 0  # steps done after the restored checkpoint and lost in a failure
+    restarts: int = 0
+    startup_s: float = 0.0  # first attempt: worker start to first step
+
+    def summary(self) -> dict[str, float]:
+        out = asdict(self)
+        accounted = self.productive_s + self.checkpoint_s + self.restart_lost_s + self.startup_s
+        out["goodput_ratio"] = self.productive_s / accounted if accounted > 0 else 0.0
+        return out
+
+
+@dataclass
+class RunRecord:
+    """Run identity and history carried inside every checkpoint."""
+
+    run_name: str = ""
+    mlflow_run_id: str | None = None
+    world_sizes: list[int] = field(default_factory=list)
+    goodput: Goodput = field(default_factory=Goodput)
+    best_score: float | None = None
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's module inside DDP / torch.compile wrappers."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, nn.Module):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _atomic_write_text(text: str, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class IncompleteCheckpoint(RuntimeError):
+    pass
+
+
+class TrainState:
+    """Model, optimizer, schedule, scaler, RNG, progress and run record, saved and restored together."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        precision: Precision,
+        progress: Progress | None = None,
+        record: RunRecord | None = None,
+    ):
+        self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
+        self.progress = progress or Progress()
+        self.record = record or RunRecord()
+        # Global (all-worker) sums [loss, correct, samples] of the epoch in progress and of the last one
+        # completed: the final train_loss is the same whether or not the run was interrupted.
+        self.epoch_sums = [0.0, 0.0, 0.0]
+        self.last_epoch_sums: list[float] | None = None
+
+    def record_epoch(self, totals: dict[str, float]) -> None:
+        """Add a reduced window; at an epoch boundary the epoch's sums become the last completed."""
+        for i, key in enumerate(("loss_sum", "correct", "samples")):
+            self.epoch_sums[i] += totals[key]
+        if self.progress.step_in_epoch == 0:
+            self.last_epoch_sums, self.epoch_sums = self.epoch_sums, [0.0, 0.0, 0.0]
+
+    def epoch_metrics(self, tokens_per_sample: int = 1) -> dict[str, float]:
+        """train_loss / train_accuracy of the last completed epoch (or the current one, mid-epoch)."""
+        sums = self.last_epoch_sums if self.progress.step_in_epoch == 0 and self.last_epoch_sums else self.epoch_sums
+        n = max(sums[2], 1.0)
+        return {"train_loss": sums[0] / n, "train_accuracy": sums[1] / (n * tokens_per_sample)}
+
+    # ------------------------------------------------------------------------------ state_dict
+    def model_state_dict(self) -> dict[str, torch.Tensor]:
+        return unwrap(self.model).state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the model weights and RNG (those have files of their own)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.precision.scaler.state_dict() if self.precision.scaler else None,
+            "progress": asdict(self.progress),
+            "record": asdict(self.record),
+            "epoch_sums": self.epoch_sums,
+            "last_epoch_sums": self.last_epoch_sums,
+        }
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(sd["optimizer"])
+        self.scheduler.load_state_dict(sd["scheduler"])
+        if self.precision.scaler is not None and sd.get("scaler"):
+            self.precision.scaler.load_state_dict(sd["scaler"])
+        self.progress = Progress(**sd["progress"])
+        self.epoch_sums = list(sd["epoch_sums"])
+        self.last_epoch_sums = sd["last_epoch_sums"]
+        rec = dict(sd["record"])
+        rec["goodput"] = Goodput(**rec["goodput"])
+        self.record = RunRecord(**rec)
+
+    # ------------------------------------------------------------------------------ save / load
+    def save(self, directory: str | Path, rank: int, meta: dict[str, Any]) -> None:
+        """Write this rank's part of a checkpoint into ``directory`` (rank 0 writes meta.json last)."""
+        d = Path(directory)
+        (d / "rng").mkdir(parents=True, exist_ok=True)
+        _atomic_torch_save(rng_state(), d / "rng" / f"rank_{rank}.pt")
+        if rank != 0:
+            return
+        _atomic_torch_save(self.model_state_dict(), d / MODEL)
+        _atomic_torch_save(self.state_dict(), d / TRAIN_STATE)
+        full_meta = {
+            "format_version": FORMAT_VERSION,
+            "progress": asdict(self.progress),
+            "run_name": self.record.run_name,
+            "mlflow_run_id": self.record.mlflow_run_id,
+            "world_sizes": self.record.world_sizes,
+            **meta,
+        }
+        _atomic_write_text(json.dumps(full_meta, indent=2, default=str), d / META)
+
+    def load(self, directory: str | Path, rank: int, map_location: torch.device | str = "cpu") -> bool:
+        """Restore from ``directory``; returns whether this rank's RNG state was found (same world size)."""
+        d = Path(directory)
+        read_meta(d)  # refuses an incomplete checkpoint
+        weights = torch.load(d / MODEL, map_location=map_location, weights_only=True)
+        unwrap(self.model).load_state_dict(weights)
+        self.load_state_dict(torch.load(d / TRAIN_STATE, map_location=map_location, weights_only=False))
+        rng_file = d / "rng" / f"rank_{rank}.pt"
+        if rng_file.exists():
+            set_rng_state(torch.load(rng_file, weights_only=False))
+            return True
+        return False
+
+
+def params_sha256(state_dict: dict[str, Any]) -> str:
+    """sha256 over the state_dict's tensors' bytes in key order: a bitwise reproducibility fingerprint."""
+    h = hashlib.sha256()
+    for value in state_dict.values():
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous().reshape(-1)
+            h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    """A checkpoint's meta.json; IncompleteCheckpoint when it is missing (the save never finished)."""
+    path = Path(directory) / META
+    if not path.is_file():
+        raise IncompleteCheckpoint(f"{directory} has no {META}: the save did not complete")
+    return json.loads(path.read_text())
+
+
+def checkpoint_dir_name(progress: Progress) -> str:
+    """Fixed, sortable names: every rank of a save writes into the same directory."""
+    return f"checkpoint_{progress.global_step:09d}"
+
+
+def load_model(directory: str | Path, map_location: str = "cpu") -> tuple[nn.Module, Any, dict[str, Any]]:
+    """Rebuild the model a checkpoint holds: ``(model, JobConfig, meta)``; no data needed."""
+    from elastic_train.config import JobConfig
+    from elastic_train.data import DataSpec
+    from elastic_train.models import build_model
+
+    meta = read_meta(directory)
+    cfg = JobConfig.model_validate(meta["config"])
+    spec_d = dict(meta["data_spec"])
+    spec_d["input_shape"] = tuple(spec_d["input_shape"])
+    model = build_model(cfg, DataSpec(**spec_d))
+    weights_file = Path(directory) / MODEL
+    if weights_file.exists():
+        model.load_state_dict(torch.load(weights_file, map_location=map_location, weights_only=True))
+    else:  # a sharded (FSDP) checkpoint: consolidate its dcp/ folder
+        from elastic_train.sharding import load_full_model_state
+
+        model.load_state_dict(load_full_model_state(directory))
+    return model.eval(), cfg, meta

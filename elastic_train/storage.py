@@ -1,0 +1,76 @@
+"""A run's folder in storage (local path, NFS, s3://, gs://) through one pyarrow filesystem interface.
+
+Layout, as Ray Train writes it plus our one file::
+
+    <storage_path>/<run name>/
+        checkpoint_manager_snapshot.json   Ray: which checkpoints exist (resume reads this)
+        checkpoint_000000123/              ours: meta.json, model.pt, train_state.pt, rng/
+        elastic_train_config.json          the resolved job config (``--resume NAME`` starts from it)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow.fs
+
+CONFIG_FILE = "elastic_train_config.json"
+SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
+
+
+class RunStorage:
+    def __init__(self, storage_path: str, run_name: str):
+        self.fs, base = pyarrow.fs.FileSystem.from_uri(storage_path if "://" in storage_path else f"file://{storage_path}")
+        self.storage_path, self.run_name = storage_path, run_name
+        self.root = f"{base.rstrip('/')}/{run_name}"
+
+    def uri(self, rel: str = "") -> str:
+        sep = "/" if rel else ""
+        return f"{self.storage_path.rstrip('/')}/{self.run_name}{sep}{rel}"
+
+    def _info(self, rel: str) -> pyarrow.fs.FileInfo:
+        return self.fs.get_file_info(f"{self.root}/{rel}" if rel else self.root)
+
+    def exists(self) -> bool:
+        return self._info("").type == pyarrow.fs.FileType.Directory
+
+    def has_checkpoints(self) -> bool:
+        return self._info(SNAPSHOT_FILE).type == pyarrow.fs.FileType.File or bool(self.checkpoints())
+
+    def read_text(self, rel: str) -> str | None:
+        if self._info(rel).type != pyarrow.fs.FileType.File:
+            return None
+        with self.fs.open_input_stream(f"{self.root}/{rel}") as f:
+            return f.read().decode()
+
+    def write_text(self, rel: str, text: str) -> None:
+        self.fs.create_dir(self.root, recursive=True)
+        with self.fs.open_output_stream(f"{self.root}/{rel}") as f:
+            f.write(text.encode())
+
+    def save_config(self, config: dict[str, Any]) -> None:
+        self.write_text(CONFIG_FILE, json.dumps(config, indent=2))
+
+    def load_config(self) -> dict[str, Any] | None:
+        text = self.read_text(CONFIG_FILE)
+        return json.loads(text) if text else None
+
+    def checkpoints(self) -> list[str]:
+        """Complete checkpoints (with meta.json), oldest first."""
+        if not self.exists():
+            return []
+        selector = pyarrow.fs.FileSelector(self.root, recursive=False)
+        names = sorted(
+            i.base_name for i in self.fs.get_file_info(selector)
+            if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_")
+        )
+        return [n for n in names if self._info(f"{n}/meta.json").type == pyarrow.fs.FileType.File]
+
+    def latest_checkpoint(self) -> tuple[str, dict[str, Any]] | None:
+        """``(uri, meta)`` of the newest complete checkpoint, or None."""
+        names = self.checkpoints()
+        if not names:
+            return None
+        meta = json.loads(self.read_text(f"{names[-1]}/meta.json") or "{}")
+        return self.uri(names[-1]), meta

@@ -1,0 +1,117 @@
+"""``build_trainer(cfg, ...) -> TorchTrainer``: the one way a run is built (train and sweep share it).
+
+Also where the driver resolves what workers cannot: the home folder, the storage path and the run name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from elastic_train.config import JobConfig
+from elastic_train.worker import WorkerArgs, train_loop_per_worker
+from tracking.base import TrackingSpec
+
+HOME_ENV = "ELASTIC_TRAIN_HOME"
+HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+
+
+def resolve_home() -> Path:
+    """Where results and the embedded MLflow store live.
+
+    ``$ELASTIC_TRAIN_HOME``; else the current directory, except under ``ray job submit``, whose working
+    directory is a temporary unpacked copy: there ``~/elastic-train`` on the node running the driver.
+    """
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser().resolve()
+    if os.environ.get("RAY_JOB_SUBMISSION_ID") or "runtime_resources" in str(Path.cwd()):
+        return (Path.home() / "elastic-train").resolve()
+    return Path.cwd().resolve()
+
+
+def resolve_storage(cfg: JobConfig, home: Path) -> str:
+    """``checkpoint.storage_path`` made absolute (URIs such as s3:// and gs:// pass through)."""
+    path = cfg.checkpoint.storage_path
+    if path is None:
+        return str(home / "results")
+    if "://" in path:
+        return path
+    return str(Path(path).expanduser().resolve())
+
+
+def default_run_name(config_path: str | None, now: float | None = None) -> str:
+    stem = Path(config_path).stem if config_path else "run"
+    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
+
+
+def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
+    res = dict(cfg.scaling.resources_per_worker or {"CPU": 1.0})
+    if use_gpu:
+        res.setdefault("GPU", 1.0)
+    return res
+
+
+def ray_num_workers(cfg: JobConfig) -> int | tuple[int, int]:
+    s = cfg.scaling
+    return (s.min_workers, s.max_workers) if s.elastic else s.min_workers
+
+
+def build_trainer(
+    cfg: JobConfig,
+    *,
+    run_name: str,
+    storage_path: str,
+    use_gpu: bool,
+    tracking: TrackingSpec | None = None,
+    ledger: Any | None = None,
+    log_floor: int = -1,
+    fault: str | None = None,
+    callbacks: list[Any] | None = None,
+    data_ref: Any | None = None,
+) -> TorchTrainer:
+    """The TorchTrainer for ``cfg``: elastic scaling, failure budget, checkpoint retention, async upload."""
+    # Ray Train's controller polls workers at this period; report() waits for the poll, so the default
+    # 2 s makes every checkpoint cost ~2 s. The driver's env is propagated to the controller.
+    os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
+    args = WorkerArgs(
+        config=cfg.model_dump(mode="json"),
+        run_name=run_name,
+        tracking=tracking,
+        ledger=ledger,
+        log_floor=log_floor,
+        fault=fault,
+        progress_bars=sys.stdout.isatty(),
+        data_ref=data_ref,
+    )
+    env_vars = dict(tracking.env) if tracking else {}
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=dict(vars(args)),  # shallow: the ledger is an actor handle
+        scaling_config=ScalingConfig(
+            num_workers=ray_num_workers(cfg),
+            use_gpu=use_gpu,
+            resources_per_worker=worker_resources(cfg, use_gpu),
+            placement_strategy=cfg.scaling.placement_strategy,
+            elastic_resize_monitor_interval_s=cfg.scaling.resize_check_interval_s,
+        ),
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=storage_path,
+            failure_config=FailureConfig(max_failures=cfg.failure.max_failures),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=cfg.checkpoint.keep,
+                checkpoint_score_attribute=cfg.checkpoint.score,
+                checkpoint_score_order=cfg.checkpoint.score_mode,
+            ),
+            callbacks=callbacks or [],
+            worker_runtime_env={"env_vars": env_vars} if env_vars else None,
+            # Ray Train's INFO lines repeat every report; our workers print restarts and resizes themselves.
+            logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
+        ),
+    )

@@ -1,0 +1,1 @@
+"""Thin entrypoints: parse -> build -> run -> summarise. Each module has ``main(argv) -> int``."""

@@ -1,0 +1,57 @@
+"""What every job shares: the common arguments, the exit-2 rule for bad input, and writing JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from elastic_train.config import ConfigError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_KILLED = 0, 1, 2, 130
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit code 2 (argparse's own convention)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (see --help)\n")
+
+
+def common_parser(description: str, epilog: str = "") -> ArgumentParser:
+    p = ArgumentParser(description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE", help="YAML config (defaults < FILE < overrides)")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="dotted overrides, values parsed as YAML")
+    return p
+
+
+def guarded(body: Callable[[], int]) -> int:
+    """Run ``body``; a ConfigError is one line on stderr and exit 2; SIGTERM/Ctrl-C is exit 130."""
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return body()
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_KILLED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def write_json(path: str | None, data: dict[str, Any]) -> None:
+    if not path:
+        return
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(data, indent=2, default=str) + "\n")

@@ -1,0 +1,55 @@
+"""Train one model with DDP (or FSDP) over every worker Ray gives us, tracked in MLflow.
+
+    python -m jobs.train [--config configs/digits.yaml] [section.key=value ...] [--summary-json PATH]
+    python -m jobs.train --resume NAME            # continue a run whose driver died
+
+On a cluster:
+
+    ray job submit --working-dir . -- python -m jobs.train --config configs/digits.yaml train.lr=3e-3
+
+Exit codes: 0 trained, 1 training failed, 2 bad input (nothing was started), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, write_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
+    parser.add_argument("--resume", metavar="NAME", help="resume the run NAME from its latest checkpoint")
+    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, a local head, or embedded)")
+    args = parser.parse_args(argv)
+    return guarded(lambda: _train(args))
+
+
+def _train(args) -> int:
+    from elastic_train import driver
+
+    launch = driver.plan_launch(args.config, args.overrides, args.resume)
+    print(f"run {launch.run_name}{' (resuming)' if launch.resuming else ''}: storage {launch.storage_path}")
+    from elastic_train.preflight import check_static
+
+    check_static(launch.cfg)  # bad data/model names fail here, before Ray starts
+    print(f"ray: {driver.connect_ray(args.address)}")
+    report = driver.run_preflight(launch)
+    print(report.render())
+    spec = driver.start_tracking(launch, report)
+    outcome = driver.fit(launch, report, spec, fault=os.environ.get("ELASTIC_TRAIN_FAULT"))
+    summary = driver.summarize(launch, outcome, spec)
+    driver.finish_tracking(launch, outcome, spec, summary, report)
+    print(driver.render_summary(summary))
+    write_json(args.summary_json, summary)
+    return {"FINISHED": EXIT_OK, "KILLED": EXIT_KILLED}.get(outcome.status, EXIT_FAILED)
+
+
+def cli() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

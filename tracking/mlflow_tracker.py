@@ -1,0 +1,244 @@
+"""MLflow behind the Tracker interface: explicit run ids, a background sender, retries, and a spool.
+
+Calls return at once; a daemon thread batches metrics, params and tags into ``log_batch`` requests. When the
+server is unreachable the thread keeps everything and retries with backoff, so training never waits on
+MLflow and a server restart loses nothing. ``close()`` flushes within a deadline and writes whatever is
+still unsent to a JSONL spool file whose path it returns (``replay_spool`` sends it later).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from tracking.base import TrackingSpec
+
+log = logging.getLogger(__name__)
+
+MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # MLflow's log_batch limits
+PARAM_MAX_CHARS = 6000
+
+
+def quiet_client_retries() -> None:
+    """Make a failed request fail fast: our sender retries; MLflow's own backoff would block it for minutes."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
+class MlflowTracker:
+    """Logs into one existing run (``spec.run_id``); never creates or ends runs (the driver does)."""
+
+    def __init__(self, spec: TrackingSpec, start_system_metrics: bool | None = None):
+        for k, v in spec.env.items():
+            os.environ.setdefault(k, v)
+        quiet_client_retries()
+        self.spec = spec
+        self.client: Any = None  # created by the sender thread: importing mlflow takes seconds
+        self._system_wanted = start_system_metrics if start_system_metrics is not None else spec.system_metrics
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._pending: deque[tuple[str, Any]] = deque()  # taken from the queue, not yet acknowledged
+        self._closed = threading.Event()
+        self._idle = threading.Event()
+        self._lock = threading.Lock()
+        self.sent = 0
+        self.failures = 0
+        self._thread = threading.Thread(target=self._run, name="mlflow-sender", daemon=True)
+        self._system: Any = None
+        self._thread.start()
+
+    # ------------------------------------------------------------------------------ interface
+    def log_params(self, params: dict[str, Any]) -> None:
+        for k, v in params.items():
+            self._queue.put(("param", (str(k), _param_value(v))))
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        ts = int(time.time() * 1000)
+        for k, v in metrics.items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and v == v:  # numbers, not NaN
+                self._queue.put(("metric", (k, float(v), ts, int(step))))
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        for k, v in tags.items():
+            self._queue.put(("tag", (str(k), str(v))))
+
+    def log_checkpoint(self, path: str, artifact_path: str) -> None:
+        self._queue.put(("artifacts", (str(path), artifact_path)))
+
+    def log_model(self, model: Any, **kwargs: Any) -> Any:
+        """Synchronous: the model is the run's main output and callers wait for its URI."""
+        import mlflow.pytorch
+
+        self.flush(timeout_s=60)
+        return _with_tracking_uri(self.spec.uri, lambda: mlflow.pytorch.log_model(model, run_id=self.spec.run_id, **kwargs))
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything queued so far is sent; False when the deadline passed first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._queue.empty() and not self._pending:
+                    return True
+            self._idle.clear()
+            self._idle.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+        return False
+
+    def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Flush within ``timeout_s``; spool the rest to JSONL. Returns ``{sent, unsent, spool_path}``."""
+        if self._system is not None:
+            try:
+                self._system.finish()
+            except Exception:  # noqa: BLE001 - system metrics are best effort
+                pass
+        self.flush(timeout_s)
+        self._closed.set()
+        self._thread.join(timeout=5)
+        leftover = list(self._pending)
+        while not self._queue.empty():
+            leftover.append(self._queue.get_nowait())
+        spool = self._spool(leftover) if leftover else None
+        return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool}
+
+    # ------------------------------------------------------------------------------ sender thread
+    def _connect(self) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=self.spec.uri)
+        if self._system_wanted:
+            self._start_system_metrics()
+
+    def _run(self) -> None:
+        backoff = 0.5
+        self._connect()
+        while not self._closed.is_set():
+            with self._lock:
+                while len(self._pending) < 5000:
+                    try:
+                        self._pending.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+            if not self._pending:
+                self._idle.set()
+                try:
+                    item = self._queue.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                with self._lock:
+                    self._pending.append(item)
+                time.sleep(0.05)  # let a burst of metrics accumulate into one request
+                continue
+            try:
+                self._send_some()
+                backoff = 0.5
+            except Exception as e:  # noqa: BLE001 - any failure: keep the data, retry later
+                self.failures += 1
+                if self.failures in (1, 10) or self.failures % 100 == 0:
+                    log.warning("MLflow unreachable (%s); %d items buffered, retrying", _short(e), len(self._pending))
+                self._closed.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _send_some(self) -> None:
+        """Send one request's worth from the head of the pending queue; drop it only after success."""
+        head = self._pending[0]
+        if head[0] == "artifacts":
+            path, artifact_path = head[1]
+            self.client.log_artifacts(self.spec.run_id, path, artifact_path=artifact_path)
+            with self._lock:
+                self._pending.popleft()
+            self.sent += 1
+            return
+        from mlflow.entities import Metric, Param, RunTag
+
+        metrics, params, tags, n = [], [], [], 0
+        for kind, item in self._pending:
+            if kind == "artifacts":
+                break
+            if kind == "metric" and len(metrics) < MAX_METRICS:
+                metrics.append(Metric(*item))
+            elif kind == "param" and len(params) < MAX_PARAMS:
+                params.append(Param(*item))
+            elif kind == "tag" and len(tags) < MAX_TAGS:
+                tags.append(RunTag(*item))
+            else:
+                break
+            n += 1
+        self.client.log_batch(self.spec.run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
+        with self._lock:
+            for _ in range(n):
+                self._pending.popleft()
+        self.sent += n
+
+    # ------------------------------------------------------------------------------ helpers
+    def _spool(self, items: list[tuple[str, Any]]) -> str:
+        path = Path(self.spec.spool_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            for kind, item in items:
+                f.write(json.dumps({"run_id": self.spec.run_id, "kind": kind, **_as_json(kind, item)}) + "\n")
+        log.warning("MLflow: %d items could not be sent; written to %s", len(items), path)
+        return str(path)
+
+    def _start_system_metrics(self) -> None:
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            self._system = SystemMetricsMonitor(self.spec.run_id, tracking_uri=self.spec.uri, resume_logging=True)
+            self._system.start()
+        except Exception as e:  # noqa: BLE001 - missing psutil/pynvml must not stop training
+            log.warning("MLflow system metrics unavailable: %s", _short(e))
+            self._system = None
+
+
+def replay_spool(path: str | Path, uri: str) -> int:
+    """Send a spool file's entries to ``uri`` (e.g. once the server is back); returns how many were sent."""
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    client, sent = MlflowClient(tracking_uri=uri), 0
+    for line in Path(path).read_text().splitlines():
+        e = json.loads(line)
+        if e["kind"] == "metric":
+            client.log_batch(e["run_id"], metrics=[Metric(e["key"], e["value"], e["timestamp"], e["step"])])
+        elif e["kind"] == "param":
+            client.log_batch(e["run_id"], params=[Param(e["key"], e["value"])])
+        elif e["kind"] == "tag":
+            client.log_batch(e["run_id"], tags=[RunTag(e["key"], e["value"])])
+        elif e["kind"] == "artifacts":
+            client.log_artifacts(e["run_id"], e["path"], artifact_path=e["artifact_path"])
+        sent += 1
+    return sent
+
+
+def _as_json(kind: str, item: Any) -> dict[str, Any]:
+    if kind == "metric":
+        return dict(zip(("key", "value", "timestamp", "step"), item, strict=True))
+    if kind in ("param", "tag"):
+        return {"key": item[0], "value": item[1]}
+    return {"path": item[0], "artifact_path": item[1]}
+
+
+def _param_value(v: Any) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, default=str)
+    return s if len(s) <= PARAM_MAX_CHARS else s[: PARAM_MAX_CHARS - 3] + "..."
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+def _with_tracking_uri(uri: str, fn: Any) -> Any:
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        return fn()
+    finally:
+        mlflow.set_tracking_uri(previous)
