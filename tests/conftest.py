@@ -1,0 +1,53 @@
+"""Shared fixtures: one local Ray per session, an isolated home (results + MLflow store) per test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Faster failure detection and cheaper report() barriers for every trainer the tests build.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the whole session (4 logical CPUs on a 2-core box: 2 workers + drivers)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def session_home(tmp_path_factory) -> Path:
+    """A home shared by the session's runs: one MLflow sqlite store (creating one costs ~2 s)."""
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture
+def home(session_home: Path, tmp_path: Path, monkeypatch) -> Path:
+    """ELASTIC_TRAIN_HOME for one test: its own results folder, the session's MLflow store."""
+    monkeypatch.setenv("ELASTIC_TRAIN_HOME", str(session_home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    results = tmp_path / "results"
+    results.mkdir()
+    return results
+
+
+def tiny(*extra: str) -> list[str]:
+    """The real digits preset, shrunk: 2 epochs, small model, no system-metrics thread."""
+    return [
+        "train.epochs=2",
+        "model.hidden_sizes=[32]",
+        "tracking.system_metrics=false",
+        *extra,
+    ]
