@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from elastic_train.batching import BatchPlan
-from elastic_train.config import ConfigError, DataConfig, JobConfig
+from elastic_train.config import ConfigError, JobConfig
 
 
 @dataclass(frozen=True)
@@ -78,10 +78,11 @@ def _split(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.
     return perm[n_val:], perm[:n_val]
 
 
-def build_digits(cfg: DataConfig, seed: int) -> DataBundle:
+def build_digits(job: JobConfig) -> DataBundle:
     """scikit-learn's bundled 8x8 digits (1797 images, no download), scaled to [0, 1]."""
     from sklearn.datasets import load_digits
 
+    cfg, seed = job.data, job.seed
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8)
     y = torch.tensor(d.target, dtype=torch.long)
@@ -90,8 +91,9 @@ def build_digits(cfg: DataConfig, seed: int) -> DataBundle:
     return DataBundle(TensorSet(x[tr], y[tr]), TensorSet(x[va], y[va]), spec, {"source": "sklearn.load_digits"})
 
 
-def build_synthetic(cfg: DataConfig, seed: int) -> DataBundle:
+def build_synthetic(job: JobConfig) -> DataBundle:
     """Seeded, learnable classification: labels from a random two-layer teacher network."""
+    cfg, seed = job.data, job.seed
     g = torch.Generator().manual_seed(10_007 + seed)
     n, f, c = cfg.num_samples, cfg.num_features, cfg.num_classes
     x = torch.randn(n, f, generator=g)
@@ -103,16 +105,17 @@ def build_synthetic(cfg: DataConfig, seed: int) -> DataBundle:
     return DataBundle(TensorSet(x[tr], y[tr]), TensorSet(x[va], y[va]), spec, {"source": "synthetic teacher"})
 
 
-def _language_model_data(name: str) -> Callable[[DataConfig, int], DataBundle]:
-    def build(cfg: DataConfig, seed: int) -> DataBundle:
+def _language_model_data(name: str) -> Callable[[JobConfig], DataBundle]:
+    def build(job: JobConfig) -> DataBundle:
         from elastic_train import text  # token datasets live in their own module; imported on use
 
-        return getattr(text, f"build_{name}")(cfg, seed)
+        return getattr(text, f"build_{name}")(job)
 
     return build
 
 
-BUILTIN: dict[str, Callable[[DataConfig, int], DataBundle]] = {
+# A builder gets the whole JobConfig: token datasets need model.seq_len, for one.
+BUILTIN: dict[str, Callable[[JobConfig], DataBundle]] = {
     "digits": build_digits,
     "synthetic": build_synthetic,
     "synthetic_tokens": _language_model_data("synthetic_tokens"),
@@ -139,7 +142,7 @@ def build_data(cfg: JobConfig) -> DataBundle:
     """Build the configured dataset (on the driver to validate it, then on every worker)."""
     name = cfg.data.name
     if name in BUILTIN:
-        bundle = BUILTIN[name](cfg.data, cfg.seed)
+        bundle = BUILTIN[name](cfg)
     elif ":" in name:
         bundle = _user_data(resolve_import(name, "data.name"), cfg)
     else:
