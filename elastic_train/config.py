@@ -19,16 +19,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+# Defined without pydantic (the torch-only engine modules raise it too); re-exported from here.
+from elastic_train.errors import ConfigError  # noqa: F401
+
 SCORE_METRICS = ("val_loss", "val_accuracy", "val_perplexity", "train_loss", "train_accuracy")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-
-
-class ConfigError(ValueError):
-    """A configuration mistake: which field, which value, and why."""
-
-    def __init__(self, field: str, value: Any, reason: str):
-        self.field, self.value, self.reason = field, value, reason
-        super().__init__(f"{field}={value!r}: {reason}" if field else reason)
 
 
 class Section(BaseModel):

@@ -18,14 +18,17 @@ import importlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from elastic_train.batching import BatchPlan
-from elastic_train.config import ConfigError, JobConfig
+from elastic_train.errors import ConfigError
+
+if TYPE_CHECKING:  # pydantic-free at run time: bench/gpu.py imports this on a torch-only machine
+    from elastic_train.config import JobConfig
 
 
 @dataclass(frozen=True)

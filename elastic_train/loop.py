@@ -14,12 +14,14 @@ import contextlib
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from elastic_train.config import TrainConfig
+if TYPE_CHECKING:  # pydantic-free at run time
+    from elastic_train.config import TrainConfig
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

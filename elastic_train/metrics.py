@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from elastic_train.config import JobConfig
 from elastic_train.data import DataSpec
 from elastic_train.loop import StepResult
+
+if TYPE_CHECKING:  # pydantic-free at run time
+    from elastic_train.config import JobConfig
 
 FIELDS = 5  # loss_sum, correct, grad_norm_sum, samples, steps
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from elastic_train.config import ConfigError, JobConfig, ModelConfig
 from elastic_train.data import DataSpec, resolve_import
+from elastic_train.errors import ConfigError
+
+if TYPE_CHECKING:  # pydantic-free at run time
+    from elastic_train.config import JobConfig, ModelConfig
 
 
 class MLP(nn.Module):
