@@ -1,0 +1,313 @@
+"""Real Ray processes for the end-to-end tests.
+
+``ray_head`` starts ``ray start --head --block`` the way a user does (token auth on, dashboard on
+127.0.0.1), but on free ports with its own short temp dir and its own token, so it never meets another
+Ray on this machine. ``ray_head.add_node()`` joins a second node with its own ports and temp dir.
+``ray_head.submit(...)`` runs the real ``ray job submit`` CLI. Every process a fixture starts is stopped
+by that fixture (its process group and every descendant), also when the test fails; nothing else is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent  # the venv running pytest: the cluster's `python` and `ray`
+RAY = str(VENV_BIN / "ray")
+READY_TIMEOUT_S = 120.0
+
+
+# ---------------------------------------------------------------------------------------- ports
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports that are free right now (all held open while choosing, so no duplicates)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port_range(size: int, avoid: set[int]) -> tuple[int, int]:
+    """A run of ``size`` consecutive free ports for Ray's worker processes."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 60000 - size)
+        span = range(base, base + size)
+        if avoid.intersection(span):
+            continue
+        if all(_port_free(p) for p in span):
+            return base, base + size - 1
+    raise RuntimeError(f"no {size} consecutive free ports found")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def node_ports(taken: set[int]) -> list[str]:
+    """``ray start`` flags giving every listening port of one node a free, explicit value."""
+    names = ["node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+             "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"]
+    ports = free_ports(len(names))
+    taken.update(ports)
+    lo, hi = free_port_range(64, taken)
+    taken.update(range(lo, hi + 1))
+    return [f"--{n}={p}" for n, p in zip(names, ports, strict=True)] + [f"--min-worker-port={lo}", f"--max-worker-port={hi}"]
+
+
+# ---------------------------------------------------------------------------------------- processes
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        ppid = int(text.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    return children
+
+
+def descendants(pid: int) -> set[int]:
+    children, out, todo = _children_map(), set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class RayProcess:
+    """One ``ray start --block`` in its own session; ``stop()`` ends it and everything it spawned."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path):
+        self.args, self.log_path = args, log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace_s: float = 8.0) -> None:
+        pids = descendants(self.proc.pid) | {self.proc.pid}
+        self._signal(pids, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            pids |= {d for p in list(pids) if _alive(p) for d in descendants(p)}
+            time.sleep(0.2)
+        self._signal({p for p in pids if _alive(p)}, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+    def _signal(self, pids: set[int], sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)  # the session leader's group: ray start and what it forked
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in pids:  # Ray workers may have left the group; they are still our descendants
+            try:
+                os.kill(p, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+# ---------------------------------------------------------------------------------------- cluster
+
+
+@dataclass
+class LocalCluster:
+    """A token-protected local Ray cluster of real processes, and the clients a user would run."""
+
+    short_dir: Path  # Ray's temp dirs (unix socket paths must stay under ~107 characters)
+    work: Path  # logs, MLflow store, results, summaries
+    token: str
+    token_path: Path
+    gcs_port: int
+    dashboard_port: int
+    taken: set[int]
+    processes: list[RayProcess] = field(default_factory=list)
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    @property
+    def gcs_address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    def env(self, authorised: bool = True, token: str | None = None) -> dict[str, str]:
+        """The environment of a cluster process or a client: the venv first on PATH, this cluster's token."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RAY_AUTH", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "MLFLOW_TRACKING_URI"))}
+        env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        if authorised:
+            env["RAY_AUTH_MODE"] = "token"
+            env["RAY_AUTH_TOKEN_PATH"] = str(self.token_path)
+        elif token is not None:  # a client holding the wrong token
+            env["RAY_AUTH_MODE"] = "token"
+            env["RAY_AUTH_TOKEN"] = token
+        if not authorised:  # no ~/.ray/auth_token to fall back on
+            empty_home = self.work / "stranger-home"
+            empty_home.mkdir(exist_ok=True)
+            env["HOME"] = str(empty_home)
+        return env
+
+    def start_node(self, head: bool) -> RayProcess:
+        n = len(self.processes)
+        args = [RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0",
+                "--object-store-memory=200000000", "--disable-usage-stats",
+                f"--temp-dir={self.short_dir / f'n{n}'}", *node_ports(self.taken)]
+        if head:
+            client_port = free_ports(1)[0]
+            args += ["--head", f"--port={self.gcs_port}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                     f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={client_port}"]
+        else:
+            args += [f"--address={self.gcs_address}"]
+        proc = RayProcess(args, self.env(), self.work / f"node{n}.log")
+        self.processes.append(proc)
+        return proc
+
+    def add_node(self) -> RayProcess:
+        """Join one more node and wait until the cluster reports it alive."""
+        want = len(self.alive_nodes()) + 1
+        proc = self.start_node(head=False)
+        self.wait_for(lambda: len(self.alive_nodes()) >= want, f"{want} alive nodes", proc)
+        return proc
+
+    def wait_for(self, ready: Any, what: str, proc: RayProcess, timeout_s: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                pytest.fail(f"`{' '.join(proc.args[:4])} ...` exited before {what}:\n{proc.tail()}")
+            if ready():
+                return
+            time.sleep(0.5)
+        pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}:\n{proc.tail()}")
+
+    # ---- clients
+
+    def api(self, path: str, token: str | None = "") -> tuple[int, Any]:
+        """GET the dashboard's HTTP API (with this cluster's token unless told otherwise)."""
+        request = urllib.request.Request(self.dashboard_url + path)
+        token = self.token if token == "" else token
+        if token is not None:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                body = r.read()
+                return r.status, json.loads(body) if body else None
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return 0, None
+
+    def alive_nodes(self) -> list[dict[str, Any]]:
+        status, body = self.api("/api/v0/nodes?limit=100&detail=true")
+        if status != 200:
+            return []
+        return [n for n in body["data"]["result"]["result"] if n["state"] == "ALIVE"]
+
+    def job(self, submission_id: str) -> dict[str, Any] | None:
+        status, body = self.api(f"/api/jobs/{submission_id}")
+        return body if status == 200 else None
+
+    def actors(self, job_id: str) -> list[dict[str, Any]]:
+        status, body = self.api(f"/api/v0/actors?limit=1000&detail=true&filter_keys=job_id"
+                                f"&filter_predicates=%3D&filter_values={job_id}")
+        assert status == 200, body
+        return body["data"]["result"]["result"]
+
+    def submit(self, submission_id: str, entrypoint: list[str], *, env: dict[str, str] | None = None,
+               env_vars: dict[str, str] | None = None, timeout_s: float = 300) -> subprocess.CompletedProcess:
+        """``ray job submit --working-dir <repo> -- ENTRYPOINT``, exactly as the README shows it."""
+        args = [RAY, "job", "submit", "--address", self.dashboard_url, "--submission-id", submission_id,
+                "--working-dir", str(ROOT)]
+        if env_vars:
+            args += ["--runtime-env-json", json.dumps({"env_vars": env_vars})]
+        return subprocess.run([*args, "--", *entrypoint], cwd=ROOT, env=env or self.env(), capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory) -> Iterator[LocalCluster]:
+    """A real ``ray start --head --block`` with token auth, on free ports, its own temp dir and token."""
+    work = tmp_path_factory.mktemp("ray-e2e")
+    short_dir = Path(tempfile.mkdtemp(prefix="et-", dir="/tmp"))
+    token = secrets.token_hex(32)
+    token_path = work / "auth_token"
+    token_path.write_text(token)
+    token_path.chmod(0o600)
+    gcs_port, dashboard_port = free_ports(2)
+    cluster = LocalCluster(short_dir, work, token, token_path, gcs_port, dashboard_port, {gcs_port, dashboard_port})
+    try:
+        head = cluster.start_node(head=True)
+        cluster.wait_for(lambda: cluster.api("/api/jobs/")[0] == 200 and len(cluster.alive_nodes()) == 1,
+                         "the job server", head)
+        yield cluster
+    finally:
+        for proc in reversed(cluster.processes):
+            proc.stop()
+        shutil.rmtree(short_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def second_node(ray_head: LocalCluster) -> Iterator[RayProcess]:
+    """One more node joined to ``ray_head``, stopped (and waited out of the cluster) after the test."""
+    proc = ray_head.add_node()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        ray_head.processes.remove(proc)

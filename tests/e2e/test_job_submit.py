@@ -1,0 +1,85 @@
+"""End to end through the cluster path a user takes: ``ray start --head`` with token auth, then
+``ray job submit --working-dir . -- python -m jobs.train ...``; a stranger without the token is refused;
+a second node joins and a 2-worker run spreads over both nodes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+# The real digits preset, shrunk to one quick epoch.
+TRAIN = ["python", "-m", "jobs.train", "--config", "configs/digits.yaml", "train.epochs=1",
+         "model.hidden_sizes=[32]", "tracking.system_metrics=false"]
+
+
+def _sid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _train_args(work: Path, name: str, *extra: str) -> tuple[list[str], Path, str]:
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    summary = work / f"{name}.json"
+    args = [*TRAIN, f"name={name}", f"tracking.uri={uri}", f"checkpoint.storage_path={work / 'results'}",
+            *extra, "--summary-json", str(summary)]
+    return args, summary, uri
+
+
+def _explain(out) -> str:
+    return f"rc={out.returncode}\n--- stdout\n{out.stdout[-6000:]}\n--- stderr\n{out.stderr[-3000:]}"
+
+
+def test_submitted_train_job_succeeds_and_is_tracked(ray_head):
+    from mlflow.tracking import MlflowClient
+
+    sid = _sid("train")
+    args, summary_path, uri = _train_args(ray_head.work, sid)
+    out = ray_head.submit(sid, args, env_vars={"ELASTIC_TRAIN_HOME": str(ray_head.work / "home")})
+
+    job = ray_head.job(sid)
+    assert job is not None and job["status"] == "SUCCEEDED", _explain(out)
+    assert out.returncode == 0, _explain(out)
+    summary = json.loads(summary_path.read_text())
+    assert summary["status"] == "FINISHED"
+    assert summary["world_sizes"] == [2]
+    run = MlflowClient(tracking_uri=uri).get_run(summary["mlflow_run_id"])
+    assert run.info.run_name == sid
+    assert run.info.status == "FINISHED"
+    assert "final_val_accuracy" in run.data.metrics
+    assert run.data.params["scaling.num_workers"] == "2"
+
+
+def test_submit_without_the_token_is_refused(ray_head):
+    for label, env, words in [
+        ("no token", ray_head.env(authorised=False), ("401", "Unauthorized")),
+        ("wrong token", ray_head.env(authorised=False, token="0" * 64), ("403", "Forbidden")),
+    ]:
+        sid = _sid("stranger")
+        out = ray_head.submit(sid, ["python", "-c", "print('should never run')"], env=env, timeout_s=120)
+        text = out.stdout + out.stderr
+        assert out.returncode != 0, f"{label}: {_explain(out)}"
+        assert any(w in text for w in words), f"{label}: {_explain(out)}"
+        assert ray_head.job(sid) is None, f"{label}: the job was created anyway"
+    assert ray_head.api("/api/jobs/", token=None)[0] == 401
+    assert ray_head.api("/api/jobs/")[0] == 200  # and the owner still gets in
+
+
+def test_two_worker_run_spreads_over_two_nodes(ray_head, second_node):
+    nodes = {n["node_id"] for n in ray_head.alive_nodes()}
+    assert len(nodes) == 2
+    sid = _sid("spread")
+    args, summary_path, _ = _train_args(ray_head.work, sid, "scaling.num_workers=2",
+                                        "scaling.placement_strategy=STRICT_SPREAD")
+    out = ray_head.submit(sid, args, env_vars={"ELASTIC_TRAIN_HOME": str(ray_head.work / "home")})
+
+    job = ray_head.job(sid)
+    assert job is not None and job["status"] == "SUCCEEDED", _explain(out)
+    assert json.loads(summary_path.read_text())["world_sizes"] == [2]
+    assert "2 node(s)" in out.stdout, _explain(out)  # the preflight saw both nodes
+    workers = [a for a in ray_head.actors(job["job_id"]) if a["class_name"] == "RayTrainWorker"]
+    assert len(workers) == 2, workers
+    assert {w["node_id"] for w in workers} == nodes
