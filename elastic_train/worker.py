@@ -211,10 +211,24 @@ class WorkerSession:
                     first = False
                     self._first_step()
                 self.fault.maybe_fire(p.global_step)
-                if p.global_step % cfg.tracking.log_every_steps == 0 or p.step_in_epoch == 0:
+                if self._sync_point(p.global_step, p.step_in_epoch):
                     flags = self._sync_and_log()
                     self._maybe_checkpoint(flags, epoch_end=p.step_in_epoch == 0)
         self._finish()
+
+    def _sync_point(self, global_step: int, step_in_epoch: int) -> bool:
+        """Steps where every rank all-reduces metrics and flags: log cadence, step checkpoints, epoch ends."""
+        every = self.cfg.checkpoint.every_steps
+        return (
+            global_step % self.cfg.tracking.log_every_steps == 0
+            or step_in_epoch == 0
+            or bool(every and global_step % every == 0)
+        )
+
+    def _epoch_label(self) -> int:
+        """1-based epoch in progress (the one just finished at an epoch boundary)."""
+        p = self.state.progress
+        return p.epoch if p.step_in_epoch == 0 else p.epoch + 1
 
     def _first_step(self) -> None:
         if self.device.type == "cuda":
@@ -241,7 +255,7 @@ class WorkerSession:
             self.book.logged_step = p.global_step
         self.console.progress(
             int(totals["steps"]),
-            f"epoch {min(p.epoch + 1, self.cfg.train.epochs) if p.step_in_epoch else p.epoch}/{self.cfg.train.epochs} "
+            f"epoch {self._epoch_label()}/{self.cfg.train.epochs} step {p.global_step} "
             f"loss {stats['train_loss']:.4f} {stats['samples_per_second']:,.0f} samples/s",
         )
         self.book.heartbeat(time.time(), p.global_step, wall, 0.0)
@@ -287,7 +301,7 @@ class WorkerSession:
             self.tracker.log_metrics({k: v for k, v in metrics.items() if k.startswith("val_")}, step=p.global_step)
         self.console.close()
         self.console.line(
-            f"epoch {p.epoch}/{self.cfg.train.epochs} step {p.global_step}: "
+            f"epoch {self._epoch_label()}/{self.cfg.train.epochs} step {p.global_step}: "
             + " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith(("val_", "train_loss")))
             + f" [checkpoint: {reason}]"
         )

@@ -44,10 +44,9 @@ def home(session_home: Path, tmp_path: Path, monkeypatch) -> Path:
 
 
 def tiny(*extra: str) -> list[str]:
-    """The real digits preset, shrunk: 2 epochs, small model, no system-metrics thread."""
+    """The real digits preset, shrunk: 2 epochs, no system-metrics thread."""
     return [
         "train.epochs=2",
-        "model.hidden_sizes=[32]",
         "tracking.system_metrics=false",
         *extra,
     ]

@@ -1,0 +1,28 @@
+"""User-style plug-ins ('module:function') for tests: a dataset, a model, and wrong ones."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def blobs(n: int = 300):
+    """((x, y), (x, y)) tensors: three Gaussian blobs in 2-D."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 3, (n,), generator=g)
+    x = torch.randn(n, 2, generator=g) * 0.3 + torch.stack([y.float(), (y == 1).float()], 1)
+    cut = int(n * 0.8)
+    return (x[:cut], y[:cut]), (x[cut:], y[cut:])
+
+
+def not_a_dataset():
+    return 42
+
+
+def tiny_model(spec, width: int = 8) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(torch.tensor(spec.input_shape).prod()), width), nn.ReLU(),
+                         nn.Linear(width, spec.num_classes))
+
+
+def not_a_model(spec):
+    return "model"
