@@ -136,28 +136,35 @@ class RayProcess:
         except OSError:
             return ""
 
-    def stop(self, grace_s: float = 8.0) -> None:
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM to ``ray start`` alone (an idle node shuts down in order in ~3 s; after a job it can hang
+        for longer than ``ray stop``'s 16 s); then SIGKILL whatever is left of its process tree."""
         pids = descendants(self.proc.pid) | {self.proc.pid}
-        self._signal(pids, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
+        try:
+            self.proc.terminate()
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(_alive(p) for p in pids):
             pids |= {d for p in list(pids) if _alive(p) for d in descendants(p)}
             time.sleep(0.2)
-        self._signal({p for p in pids if _alive(p)}, signal.SIGKILL)
+        self._kill({p for p in pids if _alive(p)})
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
         self._log.close()
 
-    def _signal(self, pids: set[int], sig: int) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)  # the session leader's group: ray start and what it forked
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in pids:  # Ray workers may have left the group; they are still our descendants
+    def _kill(self, pids: set[int]) -> None:
+        if self.proc.poll() is None:  # still ours (not reaped): its group is ray start and what it forked
             try:
-                os.kill(p, sig)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in pids:  # Ray workers start their own groups; they are still our descendants
+            try:
+                os.kill(p, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 

@@ -53,6 +53,23 @@ def test_submitted_train_job_succeeds_and_is_tracked(ray_head):
     assert run.data.params["scaling.num_workers"] == "2"
 
 
+def test_submitted_preflight_reports_the_cluster_and_refuses_what_does_not_fit(ray_head):
+    report_path = ray_head.work / "preflight.json"
+    sid = _sid("preflight")
+    out = ray_head.submit(sid, ["python", "-m", "jobs.preflight", "--config", "configs/digits.yaml",
+                                f"checkpoint.storage_path={ray_head.work / 'results'}", "--json", str(report_path)])
+    assert ray_head.job(sid)["status"] == "SUCCEEDED", _explain(out)
+    report = json.loads(report_path.read_text())
+    assert len(report["nodes"]) == 1 and report["cpus"] == 2 and report["workers_that_fit"] == 2
+
+    sid = _sid("too-big")
+    out = ray_head.submit(sid, ["python", "-m", "jobs.preflight", "--config", "configs/digits.yaml",
+                                "scaling.num_workers=8"])
+    job = ray_head.job(sid)
+    assert job["status"] == "FAILED" and "exit code 2" in job["message"], _explain(out)
+    assert "scaling.num_workers=8" in out.stdout + out.stderr, _explain(out)
+
+
 def test_submit_without_the_token_is_refused(ray_head):
     for label, env, words in [
         ("no token", ray_head.env(authorised=False), ("401", "Unauthorized")),
