@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -312,7 +313,8 @@ class WorkerData:
             batches = []
             for idx in micro:
                 if len(idx):
-                    idx = idx.to(data.x.device, non_blocking=True)
+                    if idx.device != data.x.device:  # device-resident set: pinned, so the copy is truly async
+                        idx = idx.pin_memory().to(data.x.device, non_blocking=True)
                     x, y = data.x[idx], data.y[idx]
                     if self.device.type == "cuda" and x.device.type == "cpu":
                         x, y = x.pin_memory(), y.pin_memory()  # a gather from pinned memory is pageable
@@ -337,18 +339,27 @@ class WorkerData:
                     batches.append(self._to_device(x, y))
             yield step, batches
 
-    def val_batches(self, batch_size: int) -> Iterator[Batch]:
-        """This worker's contiguous shard of the validation set (shards cover it exactly once)."""
+    def val_batches(self, batch_size: int, equal_counts: bool = False) -> Iterator[Batch]:
+        """This worker's contiguous shard of the validation set (shards cover it exactly once).
+
+        ``equal_counts`` (FSDP, whose every forward is a collective): every rank yields the same number of
+        batches, its shard cut into that many near-equal parts (empty only if the shard is that small).
+        """
         val, n = self.bundle.val, len(self.bundle.val)
         w = self.plan.world_size
         start, end = self.rank * n // w, (self.rank + 1) * n // w
-        for a in range(start, end, batch_size):
-            b = min(a + batch_size, end)
+        if equal_counts:
+            k = max(1, math.ceil(math.ceil(n / w) / batch_size))
+            bounds = [(start + i * (end - start) // k, start + (i + 1) * (end - start) // k) for i in range(k)]
+        else:
+            bounds = [(a, min(a + batch_size, end)) for a in range(start, end, batch_size)]
+        for a, b in bounds:
             if isinstance(val, TensorSet):
                 yield self._to_device(val.x[a:b], val.y[a:b])
             else:
-                xs, ys = zip(*(val[i] for i in range(a, b)), strict=True)
-                yield self._to_device(torch.stack([torch.as_tensor(t) for t in xs]), torch.as_tensor(ys))
+                xs, ys = zip(*(val[i] for i in range(a, b) or [0]), strict=True)  # [0]: shape of an empty part
+                x, y = torch.stack([torch.as_tensor(t) for t in xs]), torch.as_tensor(ys)
+                yield self._to_device(x[: b - a], y[: b - a])
 
     def _record(self, epoch: int, step: int, micro: Sequence[torch.Tensor]) -> None:
         if self._trace is None:

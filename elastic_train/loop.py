@@ -39,9 +39,11 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     groups = [g for g in groups if g["params"]]
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    # On GPUs the fused kernel updates every parameter in one launch (CPU keeps the default implementation).
+    fused = bool(groups) and all(p.device.type == "cuda" for g in groups for p in g["params"])
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=cfg.lr)
-    return torch.optim.AdamW(groups, lr=cfg.lr)
+        return torch.optim.Adam(groups, lr=cfg.lr, fused=fused or None)
+    return torch.optim.AdamW(groups, lr=cfg.lr, fused=fused or None)
 
 
 def lr_factor(step: int, total_steps: int, cfg: TrainConfig) -> float:
@@ -71,8 +73,15 @@ class Precision:
     scaler: torch.amp.GradScaler | None
 
     @classmethod
-    def create(cls, name: str, device: torch.device) -> Precision:
-        scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+    def create(cls, name: str, device: torch.device, sharded: bool = False) -> Precision:
+        """``sharded`` (FSDP): each rank sees only its gradient shard, so inf/nan checks are all-reduced."""
+        scaler = None
+        if name == "fp16" and sharded:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            scaler = ShardedGradScaler(device.type)
+        elif name == "fp16":
+            scaler = torch.amp.GradScaler(device.type)
         return cls(name, device.type, scaler)
 
     @property
@@ -134,9 +143,11 @@ class StepResult:
 
 def _grad_norm(params: list[torch.Tensor], clip: float | None) -> torch.Tensor:
     if clip is not None:
-        return torch.nn.utils.clip_grad_norm_(params, clip)
-    grads = [p.grad for p in params if p.grad is not None]
-    return torch.nn.utils.get_total_norm(grads)
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    # FSDP: the norm of sharded (DTensor) gradients is a replicated DTensor; metrics want a plain tensor.
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
 def train_step(

@@ -16,6 +16,7 @@ from torch import nn
 
 from elastic_train.data import DataSpec
 from elastic_train.loop import StepResult
+from elastic_train.state import unwrap
 
 if TYPE_CHECKING:  # pydantic-free at run time
     from elastic_train.config import JobConfig
@@ -63,7 +64,7 @@ class Window:
         own = [float(flags[n]) if rank == 0 else 0.0 for n in names]
         host = torch.tensor([float(self.samples), float(self.count), *own], dtype=torch.float64, device=self.device)
         buf = torch.cat([torch.stack([self.loss_sum, self.correct, self.grad_norm_sum]), host])
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        world = world_size()
         if world > 1:
             dist.all_reduce(buf)
         values = buf.tolist()
@@ -111,9 +112,8 @@ def interval_metrics(
     if spec.kind == "language_model":
         out["tokens_per_second"] = out["samples_per_second"] * spec.tokens_per_sample
     peak = peak_flops(device, cfg)
-    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     if peak:
-        out["mfu"] = mfu(out["samples_per_second"] * flops_per_sample, peak * world)
+        out["mfu"] = mfu(out["samples_per_second"] * flops_per_sample, peak, world_size())
     if device.type == "cuda":
         out["peak_memory_bytes"] = float(torch.cuda.max_memory_allocated(device))
     return out
@@ -127,18 +127,17 @@ def eval_metrics(loss_sum: float, correct: float, n: float, spec: DataSpec) -> d
     return out
 
 
-def flops_per_sample(model: nn.Module, spec: DataSpec, cfg: JobConfig) -> float:
-    """Training FLOPs per sample: 6 x parameters x tokens, plus attention for transformers.
+def flops_per_sample(model: nn.Module, spec: DataSpec, cfg: JobConfig | Any = None) -> float:
+    """Model FLOPs (forward + backward, no activation recomputation) to train on one sample.
 
-    Attention (forward + backward) adds 12 x n_layer x d_model x seq_len per token (PaLM appendix B).
+    A model that knows its cost says so (``gpt``: ``6 N + 12 n_layer d_model T`` per token, see
+    :meth:`elastic_train.gpt.GPT.flops_per_token`); any other model gets ``6 x parameters x tokens``.
+    Parameters are counted whole (an FSDP shard's DTensor reports its global size).
     """
-    params = sum(p.numel() for p in model.parameters())
-    tokens = spec.tokens_per_sample
-    flops = 6.0 * params * tokens
-    if cfg.model.name == "gpt":
-        m = cfg.model
-        flops += 12.0 * m.n_layer * m.d_model * m.seq_len * tokens
-    return flops
+    core = unwrap(model)
+    if hasattr(core, "flops_per_token"):
+        return core.flops_per_token(spec.input_shape[0]) * spec.tokens_per_sample
+    return 6.0 * sum(p.numel() for p in model.parameters()) * spec.tokens_per_sample
 
 
 def peak_flops(device: torch.device, cfg: JobConfig) -> float | None:
@@ -154,9 +153,32 @@ def peak_flops(device: torch.device, cfg: JobConfig) -> float | None:
     return None
 
 
-def mfu(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
-    """Model FLOPs utilisation: achieved / peak (both summed over the devices used)."""
-    return achieved_flops_per_s / peak_flops_per_s if peak_flops_per_s > 0 else 0.0
+def mfu(achieved_flops_per_s: float, peak_flops_per_device: float, devices: int = 1) -> float:
+    """Model FLOPs utilisation: FLOP/s achieved by all ``devices`` together / (their count x one's peak).
+
+    ``achieved`` comes from the global rate (samples summed over every worker), so the denominator is every
+    worker's device, not one.
+    """
+    peak = peak_flops_per_device * devices
+    return achieved_flops_per_s / peak if peak > 0 else 0.0
+
+
+def world_size() -> int:
+    """Workers (one device each) in the default process group; 1 without one."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def speed_text(stats: dict[str, float]) -> str:
+    """The speed part of a progress line: samples/s, tokens/s, MFU, data-wait share, peak memory."""
+    parts = [f"{stats['samples_per_second']:,.0f} samples/s"]
+    if "tokens_per_second" in stats:
+        parts.append(f"{stats['tokens_per_second']:,.0f} tok/s")
+    if "mfu" in stats:
+        parts.append(f"MFU {stats['mfu']:.1%}")
+    parts.append(f"data wait {stats['data_wait_share']:.1%}")
+    if "peak_memory_bytes" in stats:
+        parts.append(f"peak mem {stats['peak_memory_bytes'] / 2**30:.1f} GiB")
+    return " ".join(parts)
 
 
 def perf_summary(
@@ -168,7 +190,6 @@ def perf_summary(
         "data_wait_share": throughput.data_wait_s / throughput.all_seconds if throughput.all_seconds else 0.0,
     }
     peak = peak_flops(device, cfg)
-    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    out["mfu"] = mfu(rate * flops_per_sample, peak * world) if peak else None
+    out["mfu"] = mfu(rate * flops_per_sample, peak, world_size()) if peak else None
     out["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
     return out

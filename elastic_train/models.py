@@ -107,6 +107,8 @@ def build_model(cfg: JobConfig, spec: DataSpec) -> nn.Module:
             raise ConfigError("model.name", name, f"unknown model; built-ins: {known}, or 'package.module:function'")
     if not isinstance(model, nn.Module):
         raise ConfigError("model.name", name, f"must return a torch.nn.Module, got {type(model).__name__}")
+    if cfg.train.activation_checkpointing and hasattr(model, "set_activation_checkpointing"):
+        model.set_activation_checkpointing(True)  # gpt (and any user model offering the same method)
     return model
 
 

@@ -3,7 +3,8 @@
 A checkpoint is a directory with fixed file names::
 
     model.pt            the unwrapped model's state_dict (rank 0; sharded models use dcp/ instead)
-    train_state.pt      optimizer, LR schedule, grad scaler, progress, counters (rank 0)
+    dcp/                FSDP only: model and optimizer shards, torch.distributed.checkpoint (every rank)
+    train_state.pt      optimizer, LR schedule, grad scaler, progress, counters (rank 0; FSDP: no optimizer)
     rng/rank_<r>.pt     Python, NumPy and torch CPU/CUDA RNG states of worker r (every rank)
     meta.json           progress, metrics, world size, the resolved config; written last (rank 0)
 
@@ -31,6 +32,7 @@ from elastic_train.loop import Precision
 FORMAT_VERSION = 1
 META = "meta.json"
 MODEL = "model.pt"
+DCP_DIR = "dcp"  # sharded (FSDP) model + optimizer state; see elastic_train.sharding
 TRAIN_STATE = "train_state.pt"
 
 
@@ -133,6 +135,14 @@ class IncompleteCheckpoint(RuntimeError):
     pass
 
 
+def _is_sharded(model: nn.Module) -> bool:
+    if not torch.distributed.is_available():
+        return False
+    from elastic_train.sharding import is_sharded
+
+    return is_sharded(model)
+
+
 class TrainState:
     """Model, optimizer, schedule, scaler, RNG, progress and run record, saved and restored together."""
 
@@ -148,6 +158,7 @@ class TrainState:
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
         self.progress = progress or Progress()
         self.record = record or RunRecord()
+        self.sharded = _is_sharded(model)  # FSDP: weights and optimizer state live in dcp/, not model.pt
         # Global (all-worker) sums [loss, correct, samples] of the epoch in progress and of the last one
         # completed: the final train_loss is the same whether or not the run was interrupted.
         self.epoch_sums = [0.0, 0.0, 0.0]
@@ -168,13 +179,18 @@ class TrainState:
 
     # ------------------------------------------------------------------------------ state_dict
     def model_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full weights; for a sharded model a collective that every rank calls ({} except on rank 0)."""
+        if self.sharded:
+            from elastic_train.sharding import full_model_state
+
+            return full_model_state(self.model)
         return unwrap(self.model).state_dict()
 
     def state_dict(self) -> dict[str, Any]:
         """Everything but the model weights and RNG (those have files of their own)."""
         return {
             "format_version": FORMAT_VERSION,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": None if self.sharded else self.optimizer.state_dict(),  # sharded: in dcp/
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.precision.scaler.state_dict() if self.precision.scaler else None,
             "progress": asdict(self.progress),
@@ -184,7 +200,8 @@ class TrainState:
         }
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(sd["optimizer"])
+        if sd["optimizer"] is not None:
+            self.optimizer.load_state_dict(sd["optimizer"])
         self.scheduler.load_state_dict(sd["scheduler"])
         if self.precision.scaler is not None and sd.get("scaler"):
             self.precision.scaler.load_state_dict(sd["scaler"])
@@ -201,9 +218,14 @@ class TrainState:
         d = Path(directory)
         (d / "rng").mkdir(parents=True, exist_ok=True)
         _atomic_torch_save(rng_state(), d / "rng" / f"rank_{rank}.pt")
+        if self.sharded:  # collective: returns once every rank's shards and rank 0's index are written
+            from elastic_train.sharding import save_sharded
+
+            save_sharded(self.model, self.optimizer, d / DCP_DIR)
         if rank != 0:
             return
-        _atomic_torch_save(self.model_state_dict(), d / MODEL)
+        if not self.sharded:
+            _atomic_torch_save(self.model_state_dict(), d / MODEL)
         _atomic_torch_save(self.state_dict(), d / TRAIN_STATE)
         full_meta = {
             "format_version": FORMAT_VERSION,
@@ -219,8 +241,16 @@ class TrainState:
         """Restore from ``directory``; returns whether this rank's RNG state was found (same world size)."""
         d = Path(directory)
         read_meta(d)  # refuses an incomplete checkpoint
-        weights = torch.load(d / MODEL, map_location=map_location, weights_only=True)
-        unwrap(self.model).load_state_dict(weights)
+        if self.sharded != (d / DCP_DIR).is_dir():
+            saved, now = ("fsdp", "ddp") if (d / DCP_DIR).is_dir() else ("ddp", "fsdp")
+            raise RuntimeError(f"{d.name} was saved with scaling.strategy={saved}; resume it with {saved}, not {now}")
+        if self.sharded:  # collective; reshards to the current world size
+            from elastic_train.sharding import load_sharded
+
+            load_sharded(self.model, self.optimizer, d / DCP_DIR)
+        else:
+            weights = torch.load(d / MODEL, map_location=map_location, weights_only=True)
+            unwrap(self.model).load_state_dict(weights)
         self.load_state_dict(torch.load(d / TRAIN_STATE, map_location=map_location, weights_only=False))
         rng_file = d / "rng" / f"rank_{rank}.pt"
         if rng_file.exists():

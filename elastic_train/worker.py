@@ -135,7 +135,7 @@ class WorkerSession:
             self.model = shard_model(model, cfg, self.device)
         else:
             self.model = ray.train.torch.prepare_model(model, parallel_strategy="ddp")
-        self.precision = Precision.create(cfg.train.precision, self.device)
+        self.precision = Precision.create(cfg.train.precision, self.device, sharded=cfg.scaling.strategy == "fsdp")
         optimizer = make_optimizer(self.model, cfg.train)
         self.total_steps = cfg.train.epochs * self.data.steps_per_epoch
         scheduler = make_scheduler(optimizer, cfg.train, self.total_steps)
@@ -256,7 +256,7 @@ class WorkerSession:
         self.console.progress(
             int(totals["steps"]),
             f"epoch {self._epoch_label()}/{self.cfg.train.epochs} step {p.global_step} "
-            f"loss {stats['train_loss']:.4f} {stats['samples_per_second']:,.0f} samples/s",
+            f"loss {stats['train_loss']:.4f} {metric_math.speed_text(stats)}",
         )
         self.book.heartbeat(time.time(), p.global_step, wall, 0.0)
         self.throughput.add(totals["samples"], wall, warm=self.window.warm, data_wait_s=self.window.data_wait_s)
@@ -327,7 +327,8 @@ class WorkerSession:
         return metrics
 
     def _evaluate(self) -> dict[str, float]:
-        totals = evaluate(self.model, self.data.val_batches(self._eval_batch()), self.precision, self.device)
+        batches = self.data.val_batches(self._eval_batch(), equal_counts=self.state.sharded)  # FSDP: lockstep
+        totals = evaluate(self.model, batches, self.precision, self.device)
         if self.world > 1:
             dist.all_reduce(totals)
         loss_sum, correct, n = totals.tolist()

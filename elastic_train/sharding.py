@@ -1,0 +1,134 @@
+"""FSDP (``scaling.strategy=fsdp``): sharding a model with FSDP2 and checkpointing it with DCP.
+
+:func:`shard_model` applies ``fully_shard`` to each of the model's ``shard_units()`` (a gpt's blocks) and then
+to the root, on a 1-D device mesh over all workers: parameters, gradients and optimizer state are split
+across ranks and gathered block by block. With ``train.precision=bf16`` (or fp16) the policy computes in that
+dtype and reduce-scatters gradients in fp32; the sharded parameters and optimizer state stay fp32.
+
+Sharded checkpoints are ``torch.distributed.checkpoint`` folders: every rank writes the chunks it owns
+(``__<rank>_<n>.distcp``), rank 0 the ``.metadata`` index. The index records every tensor's global shape and
+each chunk's offsets, so a load on any world size reads exactly the pieces its new shards cover: a run saved on
+2 workers resumes on 1 or 4. Keys are canonical parameter names (no ``_orig_mod`` / wrapper prefixes), the
+same names ``model.pt`` of a DDP run uses.
+
+Only torch here: no Ray, no MLflow.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+
+try:
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+except ImportError:  # torch < 2.6 kept FSDP2 under _composable
+    from torch.distributed._composable.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from elastic_train.state import DCP_DIR
+
+if TYPE_CHECKING:
+    from elastic_train.config import JobConfig
+
+_COMPUTE_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """Whether ``model`` is (rooted in) an FSDP2 module."""
+    return isinstance(model, FSDPModule)
+
+
+def mixed_precision(precision: str) -> MixedPrecisionPolicy:
+    """Compute in bf16/fp16 with fp32 gradient reduction; fp32 = no casts at all."""
+    dtype = _COMPUTE_DTYPE.get(precision)
+    if dtype is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def shard_model(model: nn.Module, cfg: JobConfig | Any, device: torch.device) -> nn.Module:
+    """FSDP2 over every worker of the default process group; returns ``model`` (sharded in place).
+
+    A model compiled in place by the worker (``train.compile``) is instead compiled unit by unit, as
+    torchtitan does: FSDP's all-gather/reduce-scatter hooks then run eagerly around each compiled block.
+    """
+    model.to(device)
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    policy = mixed_precision(cfg.train.precision)
+    units = model.shard_units() if hasattr(model, "shard_units") else []
+    if units and (cfg.train.compile or getattr(model, "_compiled_call_impl", None) is not None):
+        model._compiled_call_impl = None  # undo the worker's whole-model compile; compile each unit instead
+        units = [_compile_in_place(model, unit) for unit in units]
+    for unit in units:
+        fully_shard(unit, mesh=mesh, mp_policy=policy)
+    # The root holds the embeddings and the head; it is gathered again right away for backward, so keep it.
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=not units)
+    return model
+
+
+def _compile_in_place(root: nn.Module, unit: nn.Module) -> nn.Module:
+    """Replace ``unit`` in the module tree by ``torch.compile(unit)`` (its state_dict names are unchanged
+    for ``get_state_dict``, which drops the ``_orig_mod`` prefix)."""
+    compiled = torch.compile(unit)
+    for parent in root.modules():
+        for name, child in parent.named_children():
+            if child is unit:
+                parent.register_module(name, compiled)
+                return compiled
+    raise ValueError("shard_units() returned a module that is not part of the model")
+
+
+# ------------------------------------------------------------------------------------- checkpoints
+
+
+def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, directory: str | Path) -> None:
+    """Every rank writes its shards of the model and optimizer state into ``directory`` (collective)."""
+    msd, osd = get_state_dict(model, optimizer)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(directory))
+
+
+def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, directory: str | Path) -> None:
+    """Load model and optimizer state into the current shards, whatever world size saved them (collective)."""
+    msd, osd = get_state_dict(model, optimizer)  # initialises the optimizer state to be overwritten
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=str(directory))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded model state_dict on rank 0 (CPU), ``{}`` on other ranks. Collective: every rank calls it.
+
+    Keys come in the module's own order (as in a DDP run's ``model.pt``), compiled units included.
+    """
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    order = [k.replace("_orig_mod.", "") for k in model.state_dict()]
+    return {k: full[k] for k in order if k in full}
+
+
+def load_full_model_state(checkpoint_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The model weights of a sharded checkpoint as one plain state_dict, read without a process group."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    path = Path(checkpoint_dir) / DCP_DIR
+    meta = dcp.FileSystemReader(str(path)).read_metadata()
+    weights = {
+        key.removeprefix("model."): torch.empty(m.size, dtype=m.properties.dtype)
+        for key, m in meta.state_dict_metadata.items()
+        if key.startswith("model.") and isinstance(m, TensorStorageMetadata)
+    }
+    with warnings.catch_warnings():  # "no process group: assuming a single process" is the intent here
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load({"model": weights}, checkpoint_id=str(path), no_dist=True)
+    return weights
