@@ -1,8 +1,9 @@
 """Real Ray processes for the end-to-end tests.
 
-``ray_head`` starts ``ray start --head --block`` the way a user does (token auth on, dashboard on
-127.0.0.1), but on free ports with its own short temp dir and its own token, so it never meets another
-Ray on this machine. ``ray_head.add_node()`` joins a second node with its own ports and temp dir.
+``ray_head`` starts a head the way a user does, with ``cluster/local/start-head.sh --block`` (token auth
+on, a token generated in ~/.ray/auth_token, dashboard on 127.0.0.1), but with its own HOME, free ports
+and a short temp dir of its own, so it never meets another Ray on this machine. ``ray_head.add_node()``
+joins a second node through ``cluster/local/add-worker.sh`` with its own ports and temp dir.
 ``ray_head.submit(...)`` runs the real ``ray job submit`` CLI. Every process a fixture starts is stopped
 by that fixture (its process group and every descendant), also when the test fails; nothing else is.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import secrets
 import shutil
 import signal
 import socket
@@ -174,12 +174,11 @@ class RayProcess:
 
 @dataclass
 class LocalCluster:
-    """A token-protected local Ray cluster of real processes, and the clients a user would run."""
+    """A token-protected local Ray cluster started by ``cluster/local/*.sh``, and the clients a user runs."""
 
     short_dir: Path  # Ray's temp dirs (unix socket paths must stay under ~107 characters)
     work: Path  # logs, MLflow store, results, summaries
-    token: str
-    token_path: Path
+    home: Path  # the cluster user's HOME: start-head.sh generates ~/.ray/auth_token here
     gcs_port: int
     dashboard_port: int
     taken: set[int]
@@ -193,36 +192,47 @@ class LocalCluster:
     def gcs_address(self) -> str:
         return f"127.0.0.1:{self.gcs_port}"
 
-    def env(self, authorised: bool = True, token: str | None = None) -> dict[str, str]:
-        """The environment of a cluster process or a client: the venv first on PATH, this cluster's token."""
+    @property
+    def token_path(self) -> Path:
+        return self.home / ".ray" / "auth_token"
+
+    @property
+    def token(self) -> str:
+        return self.token_path.read_text().strip()
+
+    def node_env(self) -> dict[str, str]:
+        """What the scripts run under: the venv first on PATH, our HOME, no Ray or MLflow settings of ours."""
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RAY_AUTH", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "MLFLOW_TRACKING_URI"))}
-        env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", HOME=str(self.home),
+                   RAY_USAGE_STATS_ENABLED="0", NUM_GPUS="0")  # CPU torch here, even on a GPU machine
+        return env
+
+    def client_env(self, authorised: bool = True, token: str | None = None) -> dict[str, str]:
+        """A ``ray job submit`` user: the owner (token in ~/.ray/auth_token), a stranger, or a wrong token."""
+        env = self.node_env()
         if authorised:
             env["RAY_AUTH_MODE"] = "token"
-            env["RAY_AUTH_TOKEN_PATH"] = str(self.token_path)
-        elif token is not None:  # a client holding the wrong token
-            env["RAY_AUTH_MODE"] = "token"
-            env["RAY_AUTH_TOKEN"] = token
-        if not authorised:  # no ~/.ray/auth_token to fall back on
-            empty_home = self.work / "stranger-home"
-            empty_home.mkdir(exist_ok=True)
-            env["HOME"] = str(empty_home)
+            return env
+        stranger = self.work / "stranger-home"  # no ~/.ray/auth_token to fall back on
+        stranger.mkdir(exist_ok=True)
+        env["HOME"] = str(stranger)
+        if token is not None:
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
         return env
 
     def start_node(self, head: bool) -> RayProcess:
         n = len(self.processes)
-        args = [RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0",
-                "--object-store-memory=200000000", "--disable-usage-stats",
-                f"--temp-dir={self.short_dir / f'n{n}'}", *node_ports(self.taken)]
+        flags = ["--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--object-store-memory=200000000",
+                 f"--temp-dir={self.short_dir / f'n{n}'}", *node_ports(self.taken)]
+        env = self.node_env()
         if head:
-            client_port = free_ports(1)[0]
-            args += ["--head", f"--port={self.gcs_port}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-                     f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={client_port}"]
+            env.update(RAY_PORT=str(self.gcs_port), RAY_DASHBOARD_PORT=str(self.dashboard_port))
+            args = ["bash", str(ROOT / "cluster/local/start-head.sh"), *flags,
+                    f"--ray-client-server-port={free_ports(1)[0]}"]
         else:
-            args += [f"--address={self.gcs_address}"]
-        proc = RayProcess(args, self.env(), self.work / f"node{n}.log")
+            args = ["bash", str(ROOT / "cluster/local/add-worker.sh"), self.gcs_address, *flags]
+        proc = RayProcess(args, env, self.work / f"node{n}.log")
         self.processes.append(proc)
         return proc
 
@@ -237,7 +247,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not proc.alive():
-                pytest.fail(f"`{' '.join(proc.args[:4])} ...` exited before {what}:\n{proc.tail()}")
+                pytest.fail(f"`{' '.join(proc.args[:3])} ...` exited before {what}:\n{proc.tail()}")
             if ready():
                 return
             time.sleep(0.5)
@@ -257,7 +267,7 @@ class LocalCluster:
                 return r.status, json.loads(body) if body else None
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(errors="replace")
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             return 0, None
 
     def alive_nodes(self) -> list[dict[str, Any]]:
@@ -283,25 +293,23 @@ class LocalCluster:
                 "--working-dir", str(ROOT)]
         if env_vars:
             args += ["--runtime-env-json", json.dumps({"env_vars": env_vars})]
-        return subprocess.run([*args, "--", *entrypoint], cwd=ROOT, env=env or self.env(), capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
+        return subprocess.run([*args, "--", *entrypoint], cwd=ROOT, env=env or self.client_env(),
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> Iterator[LocalCluster]:
-    """A real ``ray start --head --block`` with token auth, on free ports, its own temp dir and token."""
+    """``cluster/local/start-head.sh --block`` on free ports with its own temp dir, HOME and token."""
     work = tmp_path_factory.mktemp("ray-e2e")
+    home = work / "home"
+    home.mkdir()
     short_dir = Path(tempfile.mkdtemp(prefix="et-", dir="/tmp"))
-    token = secrets.token_hex(32)
-    token_path = work / "auth_token"
-    token_path.write_text(token)
-    token_path.chmod(0o600)
     gcs_port, dashboard_port = free_ports(2)
-    cluster = LocalCluster(short_dir, work, token, token_path, gcs_port, dashboard_port, {gcs_port, dashboard_port})
+    cluster = LocalCluster(short_dir, work, home, gcs_port, dashboard_port, {gcs_port, dashboard_port})
     try:
         head = cluster.start_node(head=True)
-        cluster.wait_for(lambda: cluster.api("/api/jobs/")[0] == 200 and len(cluster.alive_nodes()) == 1,
-                         "the job server", head)
+        cluster.wait_for(lambda: cluster.token_path.exists() and cluster.api("/api/jobs/")[0] == 200
+                         and len(cluster.alive_nodes()) == 1, "the job server", head)
         yield cluster
     finally:
         for proc in reversed(cluster.processes):
@@ -311,7 +319,7 @@ def ray_head(tmp_path_factory) -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def second_node(ray_head: LocalCluster) -> Iterator[RayProcess]:
-    """One more node joined to ``ray_head``, stopped (and waited out of the cluster) after the test."""
+    """``cluster/local/add-worker.sh`` joined to ``ray_head``; stopped after the test."""
     proc = ray_head.add_node()
     try:
         yield proc

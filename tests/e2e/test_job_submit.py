@@ -33,6 +33,16 @@ def _explain(out) -> str:
     return f"rc={out.returncode}\n--- stdout\n{out.stdout[-6000:]}\n--- stderr\n{out.stderr[-3000:]}"
 
 
+def test_start_head_turns_token_auth_on_and_prints_the_submit_line(ray_head):
+    printed = ray_head.processes[0].log_path.read_text()
+    assert f"Token:    {ray_head.token_path}" in printed
+    assert (f"export RAY_AUTH_MODE=token RAY_API_SERVER_ADDRESS=http://127.0.0.1:{ray_head.dashboard_port}"
+            in printed)
+    assert "ray job submit --working-dir . -- python -m jobs.train --config configs/digits.yaml" in printed
+    assert ray_head.token_path.stat().st_mode & 0o077 == 0  # the token is the owner's alone
+    assert len(ray_head.token) >= 32
+
+
 def test_submitted_train_job_succeeds_and_is_tracked(ray_head):
     from mlflow.tracking import MlflowClient
 
@@ -72,8 +82,8 @@ def test_submitted_preflight_reports_the_cluster_and_refuses_what_does_not_fit(r
 
 def test_submit_without_the_token_is_refused(ray_head):
     for label, env, words in [
-        ("no token", ray_head.env(authorised=False), ("401", "Unauthorized")),
-        ("wrong token", ray_head.env(authorised=False, token="0" * 64), ("403", "Forbidden")),
+        ("no token", ray_head.client_env(authorised=False), ("401", "Unauthorized")),
+        ("wrong token", ray_head.client_env(authorised=False, token="0" * 64), ("403", "Forbidden")),
     ]:
         sid = _sid("stranger")
         out = ray_head.submit(sid, ["python", "-c", "print('should never run')"], env=env, timeout_s=120)

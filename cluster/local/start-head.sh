@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Start a Ray head on this machine with all its GPUs, token auth on, the dashboard on 127.0.0.1 only.
+#
+#   cluster/local/start-head.sh [extra `ray start` flags, e.g. --num-cpus=16 --block]
+#
+# Environment: NUM_GPUS (default: counted), RAY_PORT (6379), RAY_DASHBOARD_PORT (8265),
+# RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH (default token file ~/.ray/auth_token, generated if missing).
+# It prints the exact `ray job submit` line to use. With --block it prints first and then runs Ray in the
+# foreground (Ctrl-C stops it); otherwise Ray starts in the background: cluster/local/stop.sh stops it.
+set -euo pipefail
+# shellcheck source=cluster/local/_common.sh
+source "$(dirname "$0")/_common.sh"
+
+PORT=${RAY_PORT:-6379}
+DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-8265}
+GPUS=$(count_gpus)
+
+if ! has_token; then
+  if [ -n "${RAY_AUTH_TOKEN_PATH:-}" ]; then
+    echo "error: RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH does not exist; unset it to generate ~/.ray/auth_token" >&2
+    exit 2
+  fi
+  ray get-auth-token --generate >/dev/null 2>&1  # prints the token; keep it off the terminal
+  echo "generated a new token"
+fi
+if [ -z "${RAY_AUTH_TOKEN:-}" ]; then
+  chmod 700 "$(dirname "$TOKEN_FILE")" 2>/dev/null || true
+  chmod 600 "$TOKEN_FILE"
+fi
+HEAD_IP=$(python -c 'from ray._private.services import get_node_ip_address as ip; print(ip())' 2>/dev/null \
+          || hostname -I 2>/dev/null | awk '{print $1}')
+WORKERS=$(( GPUS > 0 ? GPUS : 2 ))
+
+print_next_steps() {
+  cat <<MSG
+------------------------------------------------------------------------------------------------
+Ray head: ${GPUS} GPU(s), GCS on ${HEAD_IP}:${PORT}, dashboard http://127.0.0.1:${DASHBOARD_PORT} (this machine only)
+Token:    $(describe_token)  (token auth on: RAY_AUTH_MODE=token)
+
+Submit from this machine, in the repository:
+  export RAY_AUTH_MODE=token RAY_API_SERVER_ADDRESS=http://127.0.0.1:${DASHBOARD_PORT}
+  ray job submit --working-dir . -- python -m jobs.train --config configs/digits.yaml scaling.num_workers=${WORKERS}
+
+Submit from your laptop: ssh -N -L ${DASHBOARD_PORT}:127.0.0.1:${DASHBOARD_PORT} ${HEAD_IP}, copy the token
+to ~/.ray/auth_token there, and use the same two lines.
+
+Add a machine (same code and venv paths there), after copying the token to it:
+  ssh OTHER 'mkdir -m 700 -p ~/.ray' && scp -p ${TOKEN_FILE} OTHER:.ray/auth_token
+  cluster/local/add-worker.sh ${HEAD_IP}:${PORT}      # run on OTHER, in the repository
+Several machines need shared storage: checkpoint.storage_path=/mnt/nfs/... or s3://... / gs://...
+Stop: cluster/local/stop.sh
+------------------------------------------------------------------------------------------------
+MSG
+}
+
+args=(--head --port="$PORT" --num-gpus="$GPUS"
+      --include-dashboard=true --dashboard-host=127.0.0.1 --dashboard-port="$DASHBOARD_PORT"
+      --disable-usage-stats "$@")
+if has_flag --block "$@"; then
+  print_next_steps
+  exec ray start "${args[@]}"
+fi
+ray start "${args[@]}"
+print_next_steps
