@@ -165,6 +165,9 @@ class FailureConfig(Section):
     health_check_interval_s: float = Field(
         0.5, gt=0.0, description="Ray Train controller poll period; bounds report latency and failure detection."
     )
+    worker_start_timeout_s: float = Field(
+        30.0, gt=0.0, description="Give up on starting a worker group after this long and decide again."
+    )
 
 
 class TrackingConfig(Section):

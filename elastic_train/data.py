@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -366,7 +367,8 @@ class WorkerData:
             return
         ids = torch.cat(list(micro)).tolist() if micro else []
         self._trace.write(
-            json.dumps({"epoch": epoch, "step": step, "rank": self.rank, "world_size": self.plan.world_size, "ids": ids})
+            json.dumps({"epoch": epoch, "step": step, "rank": self.rank, "world_size": self.plan.world_size,
+                        "t": time.time(), "ids": ids})
             + "\n"
         )
         self._trace.flush()

@@ -32,4 +32,8 @@ class RunLedger:
 
 
 def create_ledger() -> Any:
-    return RunLedger.remote()
+    """A ledger pinned to the driver's node, like Ray Train's controller: it must outlive worker nodes."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    return RunLedger.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()

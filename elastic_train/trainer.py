@@ -20,6 +20,7 @@ from tracking.base import TrackingSpec
 
 HOME_ENV = "ELASTIC_TRAIN_HOME"
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 
 
 def resolve_home() -> Path:
@@ -79,6 +80,9 @@ def build_trainer(
     # Ray Train's controller polls workers at this period; report() waits for the poll, so the default
     # 2 s makes every checkpoint cost ~2 s. The driver's env is propagated to the controller.
     os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
+    # After a node loss Ray's view of the cluster can lag (its coordinator refreshes every 20 s) and a first
+    # restart may ask for workers that no longer fit; a shorter start timeout retries sooner.
+    os.environ.setdefault(START_TIMEOUT_ENV, str(cfg.failure.worker_start_timeout_s))
     args = WorkerArgs(
         config=cfg.model_dump(mode="json"),
         run_name=run_name,

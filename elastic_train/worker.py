@@ -156,7 +156,7 @@ class WorkerSession:
 
     def _begin_attempt(self, restored: bool, checkpoint: Checkpoint | None) -> None:
         p, rec = self.state.progress, self.state.record
-        previous = ray.get(self.args.ledger.get.remote()) if self.args.ledger is not None and self.rank == 0 else None
+        previous = self._ledger_get()
         self.book = GoodputBook.from_dict(previous) if previous else GoodputBook()
         event = self.book.begin_attempt(
             time.time(),
@@ -277,13 +277,13 @@ class WorkerSession:
             reason = f"every {cfg.checkpoint.every_steps} steps"
         elif flags["time_checkpoint"]:
             reason = f"every {cfg.checkpoint.every_seconds:g} s"
-        if flags["check_preemption"] and reason is None and not self.preemption_saved:
+        if flags["check_preemption"] and not self.preemption_saved:
             info = ray.train.get_preemption_info()  # a barrier: every rank reaches it on the same step
             if info is not None:
                 self.preemption_saved = True
                 left = (info.deadline_ms / 1000 - time.time()) if info.deadline_ms else float("nan")
                 self.console.line(f"preemption of node(s) {info.preempted_node_ids}; {left:.0f} s left: saving now")
-                reason = "preemption"
+                reason = "preemption"  # a checkpoint due anyway now doubles as the just-in-time one
         if reason is not None:
             self.checkpoint(reason)
 
@@ -363,7 +363,17 @@ class WorkerSession:
 
     def _push_book(self) -> None:
         if self.args.ledger is not None and self.rank == 0:
-            self.args.ledger.put.remote(self.book.to_dict())
+            self.args.ledger.put.remote(self.book.to_dict())  # fire and forget
+
+    def _ledger_get(self) -> dict[str, Any] | None:
+        """Rank 0 reads the run's goodput book; accounting must never stop training, so errors are None."""
+        if self.args.ledger is None or self.rank != 0:
+            return None
+        try:
+            return ray.get(self.args.ledger.get.remote(), timeout=30)
+        except Exception as e:  # noqa: BLE001
+            self.console.line(f"goodput ledger unavailable ({type(e).__name__}); accounting restarts")
+            return None
 
     @property
     def throughput(self) -> metric_math.Throughput:
@@ -378,25 +388,30 @@ class WorkerSession:
 
 
 class FaultHook:
-    """Test-only fault injection: ``step=K,rank=R,marker=PATH[,mode=exit|raise]`` fires once per marker.
+    """Test-only hooks from ``$ELASTIC_TRAIN_FAULT`` (comma-separated ``key=value``):
 
-    ``exit`` kills the worker process outright (as a lost node would); ``raise`` throws from the training
-    function. The marker file makes it fire once, so the restarted run goes on.
+    * ``step=K,rank=R,marker=PATH,mode=exit|raise`` -- at global step K, rank R dies once per marker file:
+      ``exit`` kills the process outright (as a lost node would), ``raise`` throws from the training function.
+    * ``delay=SECONDS`` -- every rank pauses this long after each step, to stretch a short run while a test
+      removes and adds nodes.
     """
 
-    def __init__(self, step: int | None = None, marker: str | None = None, mode: str = "exit"):
-        self.step, self.marker, self.mode = step, marker, mode
+    def __init__(self, step: int | None = None, marker: str | None = None, mode: str = "exit", delay: float = 0.0):
+        self.step, self.marker, self.mode, self.delay = step, marker, mode, delay
 
     @classmethod
     def parse(cls, spec: str | None, rank: int) -> FaultHook:
         if not spec:
             return cls()
-        parts = dict(kv.split("=", 1) for kv in spec.split(","))
-        if int(parts.get("rank", 0)) != rank:
-            return cls()
-        return cls(int(parts["step"]), parts.get("marker"), parts.get("mode", "exit"))
+        parts = dict(kv.split("=", 1) for kv in spec.split(",") if "=" in kv)
+        delay = float(parts.get("delay", 0.0))
+        if "step" not in parts or int(parts.get("rank", 0)) != rank:
+            return cls(delay=delay)
+        return cls(int(parts["step"]), parts.get("marker"), parts.get("mode", "exit"), delay)
 
     def maybe_fire(self, global_step: int) -> None:
+        if self.delay:
+            time.sleep(self.delay)
         if self.step is None or global_step != self.step:
             return
         if self.marker:

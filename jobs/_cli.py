@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ def common_parser(description: str, epilog: str = "") -> ArgumentParser:
 
 def guarded(body: Callable[[], int]) -> int:
     """Run ``body``; a ConfigError is one line on stderr and exit 2; SIGTERM/Ctrl-C is exit 130."""
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
+    if main_thread:  # `ray job stop` sends SIGTERM: end the MLflow run as KILLED, not as a crash
+        signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return body()
     except ConfigError as e:
@@ -42,7 +45,8 @@ def guarded(body: Callable[[], int]) -> int:
         print("interrupted", file=sys.stderr)
         return EXIT_KILLED
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

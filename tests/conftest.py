@@ -15,16 +15,26 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+RAY_TEST_CPUS = 4  # logical CPUs on a 2-core box: 2 workers plus drivers and sweep trials
+
+
 @pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray for the whole session (4 logical CPUs on a 2-core box: 2 workers + drivers)."""
+def _ray_teardown():
     import ray
 
+    yield
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
-    yield ray
-    ray.shutdown()
+
+
+@pytest.fixture
+def ray_session(_ray_teardown):
+    """The session's local Ray, started on first use (and again after a multi-node test shut it down)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=RAY_TEST_CPUS, include_dashboard=False, logging_level="ERROR")
+    return ray
 
 
 @pytest.fixture(scope="session")
