@@ -22,8 +22,7 @@ from typing import Any
 
 from elastic_train import config as config_mod
 from elastic_train.config import ConfigError, JobConfig
-from elastic_train.storage import RunStorage
-from elastic_train.trainer import default_run_name, resolve_home, resolve_storage
+from elastic_train.storage import RunStorage, default_run_name, resolve_home, resolve_storage
 
 log = logging.getLogger(__name__)
 

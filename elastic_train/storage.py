@@ -11,12 +11,47 @@ Layout, as Ray Train writes it plus our one file::
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs
 
+if TYPE_CHECKING:
+    from elastic_train.config import JobConfig
+
+HOME_ENV = "ELASTIC_TRAIN_HOME"
 CONFIG_FILE = "elastic_train_config.json"
 SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
+
+
+def resolve_home() -> Path:
+    """Where results and the embedded MLflow store live.
+
+    ``$ELASTIC_TRAIN_HOME``; else the current directory, except under ``ray job submit``, whose working
+    directory is a temporary unpacked copy: there ``~/elastic-train`` on the node running the driver.
+    """
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser().resolve()
+    if os.environ.get("RAY_JOB_SUBMISSION_ID") or "runtime_resources" in str(Path.cwd()):
+        return (Path.home() / "elastic-train").resolve()
+    return Path.cwd().resolve()
+
+
+def resolve_storage(cfg: JobConfig, home: Path) -> str:
+    """``checkpoint.storage_path`` made absolute (URIs such as s3:// and gs:// pass through)."""
+    path = cfg.checkpoint.storage_path
+    if path is None:
+        return str(home / "results")
+    if "://" in path:
+        return path
+    return str(Path(path).expanduser().resolve())
+
+
+def default_run_name(config_path: str | None, now: float | None = None) -> str:
+    stem = Path(config_path).stem if config_path else "run"
+    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
 
 
 class RunStorage:

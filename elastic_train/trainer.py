@@ -1,14 +1,9 @@
-"""``build_trainer(cfg, ...) -> TorchTrainer``: the one way a run is built (train and sweep share it).
-
-Also where the driver resolves what workers cannot: the home folder, the storage path and the run name.
-"""
+"""``build_trainer(cfg, ...) -> TorchTrainer``: the one way a run is built (train and sweep share it)."""
 
 from __future__ import annotations
 
 import os
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
@@ -18,37 +13,8 @@ from elastic_train.config import JobConfig
 from elastic_train.worker import WorkerArgs, train_loop_per_worker
 from tracking.base import TrackingSpec
 
-HOME_ENV = "ELASTIC_TRAIN_HOME"
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
-
-
-def resolve_home() -> Path:
-    """Where results and the embedded MLflow store live.
-
-    ``$ELASTIC_TRAIN_HOME``; else the current directory, except under ``ray job submit``, whose working
-    directory is a temporary unpacked copy: there ``~/elastic-train`` on the node running the driver.
-    """
-    if os.environ.get(HOME_ENV):
-        return Path(os.environ[HOME_ENV]).expanduser().resolve()
-    if os.environ.get("RAY_JOB_SUBMISSION_ID") or "runtime_resources" in str(Path.cwd()):
-        return (Path.home() / "elastic-train").resolve()
-    return Path.cwd().resolve()
-
-
-def resolve_storage(cfg: JobConfig, home: Path) -> str:
-    """``checkpoint.storage_path`` made absolute (URIs such as s3:// and gs:// pass through)."""
-    path = cfg.checkpoint.storage_path
-    if path is None:
-        return str(home / "results")
-    if "://" in path:
-        return path
-    return str(Path(path).expanduser().resolve())
-
-
-def default_run_name(config_path: str | None, now: float | None = None) -> str:
-    stem = Path(config_path).stem if config_path else "run"
-    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
 
 
 def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:

@@ -27,14 +27,24 @@ def _ray_teardown():
         ray.shutdown()
 
 
-@pytest.fixture
-def ray_session(_ray_teardown):
+def ensure_ray():
     """The session's local Ray, started on first use (and again after a multi-node test shut it down)."""
     import ray
 
     if not ray.is_initialized():
         ray.init(num_cpus=RAY_TEST_CPUS, include_dashboard=False, logging_level="ERROR")
     return ray
+
+
+@pytest.fixture
+def ray_session(_ray_teardown):
+    return ensure_ray()
+
+
+@pytest.fixture(scope="module")
+def ray_module(_ray_teardown):
+    """For module-scoped fixtures that run jobs (shared expensive runs)."""
+    return ensure_ray()
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.distributed
 
 
 @pytest.fixture(scope="module")
-def runs(ray_session, session_home, tmp_path_factory):
+def runs(ray_module, session_home, tmp_path_factory):
     """The uninterrupted 2-worker run the other tests compare against (shared: each run costs ~15 s)."""
     import os
 
@@ -82,3 +82,43 @@ def test_rerunning_a_finished_run_trains_nothing(runs):
     assert again["status"] == "FINISHED" and "already complete" in again.get("note", "")
     assert again["checkpoint"] == two["checkpoint"]
     assert json.loads((tmp / "two.json").read_text())["params_sha256"] == two["params_sha256"]
+
+
+def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(runs, ray_session):
+    """Kill the whole driver mid-run (SIGKILL), then ``--resume NAME``: same parameters, same MLflow run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    from elastic_train.storage import SNAPSHOT_FILE
+    from tests.cluster.test_elastic import wait_for
+    from tests.conftest import ROOT, tiny
+
+    tmp, two = runs
+    env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address,
+               ELASTIC_TRAIN_FAULT="delay=0.25")  # ~5 s of training: time to kill it mid-run
+    argv = [sys.executable, "-m", "jobs.train", "--config", "configs/digits.yaml",
+            *tiny("name=killed", f"checkpoint.storage_path={tmp}", "scaling.num_workers=2", "checkpoint.every_steps=5")]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        snapshot = tmp / "killed" / SNAPSHOT_FILE
+        wait_for(lambda: snapshot.exists() and "checkpoint_000000010" in snapshot.read_text(), 180,
+                 "the killed run's step-10 checkpoint to be committed")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    from jobs import train
+
+    assert train.main(["--resume", "killed", f"checkpoint.storage_path={tmp}", "--summary-json", str(tmp / "r.json")]) == 0
+    resumed = json.loads((tmp / "r.json").read_text())
+    assert resumed["run_name"] == "killed" and resumed["restarts"] >= 1
+    assert resumed["params_sha256"] == two["params_sha256"]
+    runs_named = MlflowClient(tracking_uri=resumed["tracking_uri"]).search_runs(
+        [MlflowClient(tracking_uri=resumed["tracking_uri"]).get_experiment_by_name("elastic-train").experiment_id],
+        filter_string="tags.`elastic_train.run_name` = 'killed'")
+    assert [r.info.run_id for r in runs_named] == [resumed["mlflow_run_id"]]
+    assert runs_named[0].info.status == "FINISHED"
