@@ -77,23 +77,31 @@ class Window:
 
 
 class Throughput:
-    """Steady-state samples/s: the warm-up window of each attempt is left out."""
+    """Steady-state samples/s and data-wait share: the warm-up window of each attempt is left out."""
 
     def __init__(self) -> None:
-        self.samples = self.seconds = self.all_samples = self.all_seconds = self.data_wait_s = 0.0
+        self.samples = self.seconds = self.all_samples = self.all_seconds = 0.0
+        self.data_wait_s = self.all_data_wait_s = 0.0
 
     def add(self, samples: float, seconds: float, warm: bool, data_wait_s: float = 0.0) -> None:
         self.all_samples += samples
         self.all_seconds += seconds
-        self.data_wait_s += data_wait_s
+        self.all_data_wait_s += data_wait_s
         if warm:
             self.samples += samples
             self.seconds += seconds
+            self.data_wait_s += data_wait_s
 
     def rate(self) -> float:
         if self.seconds > 0:
             return self.samples / self.seconds
         return self.all_samples / self.all_seconds if self.all_seconds > 0 else 0.0
+
+    def data_wait_share(self) -> float:
+        """Share of step time spent waiting for the next batch (first-use costs of the warm-up excluded)."""
+        if self.seconds > 0:
+            return self.data_wait_s / self.seconds
+        return self.all_data_wait_s / self.all_seconds if self.all_seconds > 0 else 0.0
 
 
 def interval_metrics(
@@ -187,7 +195,7 @@ def perf_summary(
     rate = throughput.rate()
     out: dict[str, Any] = {
         "tokens_per_second": rate * spec.tokens_per_sample,
-        "data_wait_share": throughput.data_wait_s / throughput.all_seconds if throughput.all_seconds else 0.0,
+        "data_wait_share": throughput.data_wait_share(),
     }
     peak = peak_flops(device, cfg)
     out["mfu"] = mfu(rate * flops_per_sample, peak, world_size()) if peak else None
