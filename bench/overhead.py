@@ -1,0 +1,122 @@
+"""Engine overhead vs a plain PyTorch loop, measured in the same run. Prints JSON.
+
+    .venv/bin/python bench/overhead.py            # ~2 minutes on 2 cores
+
+Both train the same synthetic task (32768 x 256 inputs, 10 classes, MLP 1024-1024, global batch 256, SGD,
+3 epochs). The plain loop is what a user would write: a DataLoader over a TensorDataset, one process. The
+engine is the whole product: ``jobs.train`` with 1 Ray worker (given both CPUs, like the plain process),
+per-step MLflow logging, checkpoints at the default cadence plus every epoch. Figures are steady-state
+samples/s (the first steps, which include start-up and warm-up, are left out on both sides).
+
+    ratio           engine / plain                 goal >= 0.97, aim > 1.0
+    tracking_ratio  engine with / without MLflow   goal >= 0.97
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+WARMUP_STEPS = 10
+
+
+def task_overrides(epochs: int, samples: int) -> list[str]:
+    return [
+        "data.name=synthetic", f"data.num_samples={samples}", "data.num_features=256", "data.num_classes=10",
+        "data.val_fraction=0.1", "model.name=mlp", "model.hidden_sizes=[1024,1024]",
+        "train.global_batch_size=256", f"train.epochs={epochs}", "train.optimizer=sgd", "train.lr=0.05",
+        "train.momentum=0.9", "train.schedule=constant", "train.warmup_steps=0", "train.grad_clip=null",
+        "scaling.num_workers=1", "scaling.use_gpu=false", "scaling.resources_per_worker={CPU: 2}",
+    ]
+
+
+def plain_loop(epochs: int, samples: int) -> dict[str, float]:
+    """The loop a user writes by hand, on the same data the engine builds."""
+    from elastic_train.config import load
+    from elastic_train.data import build_data
+
+    bundle = build_data(load(None, task_overrides(epochs, samples)))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loader = DataLoader(TensorDataset(bundle.train.x, bundle.train.y), batch_size=256, shuffle=True, drop_last=True)
+    loss_fn = nn.CrossEntropyLoss()
+    step, samples_timed, t0 = 0, 0, None
+    for _ in range(epochs):
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            step += 1
+            if step == WARMUP_STEPS:
+                t0 = time.perf_counter()
+            elif step > WARMUP_STEPS:
+                samples_timed += len(x)
+    elapsed = time.perf_counter() - t0
+    return {"samples_per_second": samples_timed / elapsed, "final_loss": loss.item(), "steps": step}
+
+
+def engine(epochs: int, samples: int, tracking: bool, home: Path) -> dict[str, float]:
+    from jobs import train
+
+    summary = home / f"summary-{tracking}.json"
+    overrides = task_overrides(epochs, samples) + [
+        f"tracking.enabled={str(tracking).lower()}", "tracking.log_every_steps=1", f"checkpoint.storage_path={home / 'results'}",
+    ]
+    rc = train.main(["--config", str(ROOT / "configs/digits.yaml"), *overrides, "--summary-json", str(summary)])
+    if rc != 0:
+        raise SystemExit(f"engine run failed with exit code {rc}")
+    s = json.loads(summary.read_text())
+    return {"samples_per_second": s["samples_per_second"], "final_loss": s["final_metrics"]["train_loss"],
+            "steps": s["steps"], "wall_s": s["wall_s"], "checkpoint_s": s["goodput"].get("checkpoint_s"),
+            "time_to_first_step_s": s["time_to_first_step_s"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--samples", type=int, default=32768)
+    args = p.parse_args()
+    import ray
+
+    with tempfile.TemporaryDirectory(prefix="et-bench-") as tmp:
+        home = Path(tmp)
+        os.environ["ELASTIC_TRAIN_HOME"] = str(home)
+        plain = plain_loop(args.epochs, args.samples)
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        with_tracking = engine(args.epochs, args.samples, True, home)
+        without = engine(args.epochs, args.samples, False, home)
+        ray.shutdown()
+    out = {
+        "benchmark": "overhead",
+        "task": f"synthetic {args.samples}x256 -> MLP 1024-1024 -> 10, global batch 256, SGD, {args.epochs} epochs",
+        "cpus": os.cpu_count(),
+        "plain_samples_per_second": round(plain["samples_per_second"], 1),
+        "engine_samples_per_second": round(with_tracking["samples_per_second"], 1),
+        "engine_no_tracking_samples_per_second": round(without["samples_per_second"], 1),
+        "ratio": round(with_tracking["samples_per_second"] / plain["samples_per_second"], 3),
+        "tracking_ratio": round(with_tracking["samples_per_second"] / without["samples_per_second"], 3),
+        "goal_ratio": 0.97,
+        "engine_wall_s": round(with_tracking["wall_s"], 1),
+        "engine_checkpoint_s": with_tracking["checkpoint_s"],
+        "engine_time_to_first_step_s": round(with_tracking["time_to_first_step_s"], 1),
+        "final_loss": {"plain": round(plain["final_loss"], 4), "engine": round(with_tracking["final_loss"], 4)},
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
