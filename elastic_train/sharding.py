@@ -61,8 +61,9 @@ def mixed_precision(precision: str) -> MixedPrecisionPolicy:
 def shard_model(model: nn.Module, cfg: JobConfig | Any, device: torch.device) -> nn.Module:
     """FSDP2 over every worker of the default process group; returns ``model`` (sharded in place).
 
-    A model compiled in place by the worker (``train.compile``) is instead compiled unit by unit, as
-    torchtitan does: FSDP's all-gather/reduce-scatter hooks then run eagerly around each compiled block.
+    With ``train.compile``, a model with units is compiled unit by unit instead of whole (torchtitan's
+    order): FSDP's all-gather/reduce-scatter hooks then run eagerly around each compiled block. A model
+    without units keeps the worker's whole-model compile.
     """
     model.to(device)
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
