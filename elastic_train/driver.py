@@ -306,9 +306,11 @@ def _log_model(launch: Launch, spec: Any, checkpoint_uri: str, report: Any) -> d
     from tracking.models import log_final_model
 
     with Checkpoint(checkpoint_uri).as_directory() as d:
-        model, _, _ = load_model(d)
+        model, cfg, meta = load_model(d)
     example = as_numpy_example(report.bundle) if getattr(report, "bundle", None) is not None else None
-    return log_final_model(spec.uri, spec.run_id, model, example, launch.cfg.tracking.register_model)
+    metadata = {"elastic_train": {"config": cfg.model_dump(mode="json"), "data_spec": meta["data_spec"],
+                                  "checkpoint": checkpoint_uri, "run_name": launch.run_name}}
+    return log_final_model(spec.uri, spec.run_id, model, example, launch.cfg.tracking.register_model, metadata)
 
 
 # ---------------------------------------------------------------------------------------- output

@@ -56,6 +56,8 @@ def default_run_name(config_path: str | None, now: float | None = None) -> str:
 
 class RunStorage:
     def __init__(self, storage_path: str, run_name: str):
+        if "://" not in storage_path:
+            storage_path = os.path.abspath(storage_path)
         self.fs, base = pyarrow.fs.FileSystem.from_uri(storage_path if "://" in storage_path else f"file://{storage_path}")
         self.storage_path, self.run_name = storage_path, run_name
         self.root = f"{base.rstrip('/')}/{run_name}"

@@ -85,3 +85,29 @@ def build_trainer(
             logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
         ),
     )
+
+
+def build_evaluator(
+    cfg: JobConfig, *, run_name: str, storage_path: str, use_gpu: bool, weights_ref: Any, data_ref: Any, ledger: Any
+) -> TorchTrainer:
+    """A TorchTrainer that scores a model on the validation set over the configured workers (no checkpoints)."""
+    from elastic_train.evaluation import evaluate_loop_per_worker
+
+    os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
+    return TorchTrainer(
+        evaluate_loop_per_worker,
+        train_loop_config={"config": cfg.model_dump(mode="json"), "weights_ref": weights_ref, "data_ref": data_ref,
+                           "ledger": ledger},
+        scaling_config=ScalingConfig(
+            num_workers=cfg.scaling.max_workers,
+            use_gpu=use_gpu,
+            resources_per_worker=worker_resources(cfg, use_gpu),
+            placement_strategy=cfg.scaling.placement_strategy,
+        ),
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=storage_path,
+            failure_config=FailureConfig(max_failures=cfg.failure.max_failures),
+            logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
+        ),
+    )

@@ -16,8 +16,13 @@ def log_final_model(
     model: Any,
     input_example: np.ndarray | None,
     register_as: str | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Log the unwrapped module as the run's model; register a new version when ``register_as`` is set."""
+    """Log the unwrapped module as the run's model; register a new version when ``register_as`` is set.
+
+    ``metadata`` (the resolved job config and data spec) goes into the MLmodel file, so the model alone is
+    enough to rebuild its evaluation (``jobs.evaluate --model models:/NAME/VERSION``).
+    """
     import mlflow
     import mlflow.pytorch
     import torch
@@ -41,6 +46,7 @@ def log_final_model(
             # Explicit requirements: inferring them imports the model in a subprocess (slow, fragile).
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
             registered_model_name=register_as,
+            metadata=metadata,
         )
     finally:
         mlflow.set_tracking_uri(previous)
@@ -48,3 +54,18 @@ def log_final_model(
     if register_as and getattr(info, "registered_model_version", None) is not None:
         out["registered_model"] = f"models:/{register_as}/{info.registered_model_version}"
     return out
+
+
+def load_logged_model(uri: str, tracking_uri: str) -> tuple[Any, dict[str, Any]]:
+    """``(module, metadata)`` for a logged model URI (``models:/NAME/VERSION``, ``runs:/ID/model``, ...)."""
+    import mlflow
+    import mlflow.pytorch
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(tracking_uri)
+    try:
+        info = mlflow.models.get_model_info(uri)
+        model = mlflow.pytorch.load_model(uri, map_location="cpu")
+    finally:
+        mlflow.set_tracking_uri(previous)
+    return model, dict(info.metadata or {}) | {"run_id": info.run_id}

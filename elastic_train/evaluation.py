@@ -1,0 +1,107 @@
+"""Distributed evaluation of a trained model: every worker scores its shard of the validation set.
+
+The driver loads the model once (from a checkpoint or an MLflow model) and ships its weights and the data
+through the object store; each worker rebuilds the module, evaluates its contiguous validation shard and
+the sums are all-reduced, so the metrics are exactly those of the whole validation set whatever the
+number of workers. Rank 0 hands them back through the run's ledger.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+import ray.train
+import torch
+import torch.distributed as dist
+
+from elastic_train.batching import BatchPlan
+from elastic_train.config import JobConfig
+from elastic_train.data import WorkerData, build_data
+from elastic_train.loop import Precision, evaluate
+from elastic_train.metrics import eval_metrics
+from elastic_train.models import build_model
+
+
+def evaluate_loop_per_worker(args: dict[str, Any]) -> None:
+    cfg = JobConfig.model_validate(args["config"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    bundle = ray.get(args["data_ref"]) if args.get("data_ref") is not None else build_data(cfg)
+    model = build_model(cfg, bundle.spec)
+    model.load_state_dict(ray.get(args["weights_ref"]))
+    model.to(device)
+    plan = BatchPlan(max(cfg.train.global_batch_size, world), world)
+    data = WorkerData(bundle, plan, rank, cfg.seed, device, loader_workers=0)
+    batch = 256 if bundle.spec.kind == "classification" else 8
+    totals = evaluate(model, data.val_batches(batch), Precision.create(cfg.train.precision, device), device)
+    if world > 1:
+        dist.all_reduce(totals)
+    loss_sum, correct, n = totals.tolist()
+    metrics = eval_metrics(loss_sum, correct, n, bundle.spec) | {"val_samples": int(n), "world_size": world}
+    if rank == 0 and args.get("ledger") is not None:
+        ray.get(args["ledger"].put_final.remote(metrics))
+
+
+def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+# ---------------------------------------------------------------------------------------- driver side
+
+
+def load_source(checkpoint: str | None, model_uri: str | None, tracking_uri: str) -> tuple[torch.nn.Module, dict, dict]:
+    """The model to evaluate and what it was trained with: ``(module, config dict, info)``.
+
+    ``checkpoint`` may be a checkpoint folder (or URI) or a run folder (its latest checkpoint is used).
+    """
+    from elastic_train.config import ConfigError
+
+    if checkpoint:
+        from ray.train import Checkpoint
+
+        from elastic_train.state import IncompleteCheckpoint, load_model
+        from elastic_train.storage import RunStorage
+
+        path = checkpoint.rstrip("/")
+        if "://" not in path and not __import__("os").path.exists(path):
+            raise ConfigError("--checkpoint", checkpoint, "no such file or folder")
+        parent, _, name = path.rpartition("/")
+        latest = RunStorage(parent or ".", name).latest_checkpoint() if not name.startswith("checkpoint_") else None
+        if latest is not None:
+            path = latest[0]
+        try:
+            with Checkpoint(path).as_directory() as d:
+                model, cfg, meta = load_model(d)
+        except IncompleteCheckpoint:
+            raise ConfigError("--checkpoint", checkpoint, "not a complete checkpoint (no meta.json)") from None
+        return model, cfg.model_dump(mode="json"), {"source": path, "source_run_id": meta.get("mlflow_run_id"),
+                                                    "source_metrics": meta.get("metrics", {})}
+    from tracking.models import load_logged_model
+
+    try:
+        model, metadata = load_logged_model(model_uri, tracking_uri)
+    except Exception as e:  # noqa: BLE001 - a wrong URI, a missing version, an unreachable server
+        raise ConfigError("--model", model_uri, f"cannot load it from {tracking_uri} ({type(e).__name__}: {e})") from None
+    recipe = metadata.get("elastic_train")
+    if not recipe:
+        raise ConfigError("--model", model_uri, "was not logged by elastic-train (no config in its metadata)")
+    return model, recipe["config"], {"source": model_uri, "source_run_id": metadata.get("run_id")}
+
+
+def run_evaluation(cfg: JobConfig, model: torch.nn.Module, *, run_name: str, storage_path: str, use_gpu: bool,
+                   bundle: Any) -> dict[str, Any]:
+    """Evaluate on the cluster; returns the aggregated validation metrics."""
+    from elastic_train.driver import share_data
+    from elastic_train.ledger import create_ledger
+    from elastic_train.trainer import build_evaluator
+
+    ledger = create_ledger()
+    evaluator = build_evaluator(cfg, run_name=run_name, storage_path=storage_path, use_gpu=use_gpu,
+                                weights_ref=ray.put(weights_of(model)), data_ref=share_data(bundle), ledger=ledger)
+    evaluator.fit()
+    metrics = ray.get(ledger.get_final.remote())
+    if metrics is None:
+        raise RuntimeError("evaluation finished without metrics")
+    return metrics
