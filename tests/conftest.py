@@ -32,7 +32,8 @@ def ensure_ray():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=RAY_TEST_CPUS, include_dashboard=False, logging_level="ERROR")
+        # address="local": always our own instance, never a head someone started with `ray start`
+        ray.init(address="local", num_cpus=RAY_TEST_CPUS, include_dashboard=False, logging_level="ERROR")
     return ray
 
 

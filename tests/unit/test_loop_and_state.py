@@ -13,7 +13,14 @@ from elastic_train.data import WorkerData, build_data
 from elastic_train.goodput import GoodputBook
 from elastic_train.loop import Precision, evaluate, lr_factor, make_optimizer, make_scheduler, train_step
 from elastic_train.models import build_model
-from elastic_train.state import Goodput, IncompleteCheckpoint, TrainState, load_model, params_sha256, read_meta
+from elastic_train.state import (
+    Goodput,
+    IncompleteCheckpoint,
+    TrainState,
+    load_model,
+    params_sha256,
+    read_meta,
+)
 
 CPU = torch.device("cpu")
 
