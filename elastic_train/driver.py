@@ -68,8 +68,29 @@ def plan_launch(config_path: str | None, overrides: list[str], resume: str | Non
         tree["name"] = resume
         cfg = config_mod.validate(tree)
     run_name = cfg.name or default_run_name(config_path, time.time())
-    resuming = RunStorage(storage_path, run_name).has_checkpoints()
+    storage = RunStorage(storage_path, run_name)
+    resuming = storage.has_checkpoints()
+    if resuming:
+        refuse_incompatible_resume(storage.load_config(), cfg)
     return Launch(cfg, run_name, home, storage_path, resuming, config_path)
+
+
+# What a resumed run may not change: the checkpoint would not load, or the data position would mean other samples.
+FROZEN_ON_RESUME = ("seed", "model.", "data.name", "data.path", "data.num_samples", "data.num_features",
+                    "data.num_classes", "data.val_fraction", "data.options", "train.global_batch_size",
+                    "scaling.strategy")
+
+
+def refuse_incompatible_resume(stored: dict[str, Any] | None, cfg: JobConfig) -> None:
+    """ConfigError naming the first setting that differs from the run being resumed, if it must not."""
+    if not stored:
+        return
+    before = config_mod.flatten(config_mod.validate(stored))
+    now = config_mod.flatten(cfg)
+    for key, value in now.items():
+        if key.startswith(FROZEN_ON_RESUME) and before.get(key) != value:
+            raise ConfigError(key, value, f"differs from the run being resumed ({before.get(key)!r}); "
+                                          "start a new run (another name) to change it")
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,14 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
         session.close()
 
 
+def _quiet_ray_train_logs() -> None:
+    """Ray Train logs every report at INFO; we print what matters (restarts, resizes, checkpoints) ourselves."""
+    from ray.train.v2._internal.execution import context as train_context
+
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
+    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)  # this one is named by file path
+
+
 class Console:
     """Progress lines and a tqdm_ray bar on rank 0; silent elsewhere (no rank branches in the loop)."""
 
@@ -105,7 +113,7 @@ class WorkerSession:
         self.args, self.started = args, time.time()
         self.cfg = JobConfig.model_validate(args.config)
         if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
-            logging.getLogger("ray.train").setLevel(logging.WARNING)  # per-report INFO lines are noise
+            _quiet_ray_train_logs()
         ctx = ray.train.get_context()
         self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
         self.device = ray.train.torch.get_device()
