@@ -234,11 +234,12 @@ def _short(e: BaseException) -> str:
 
 
 def _with_tracking_uri(uri: str, fn: Any) -> Any:
-    import mlflow
+    """Call ``fn`` with MLflow's global tracking URI set to ``uri``, then restore it *and* the env var.
 
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
+    ``mlflow.set_tracking_uri`` also exports MLFLOW_TRACKING_URI; restoring with set_tracking_uri(get()) would
+    leave the old default exported and redirect the next run. MLflow's own context manager restores both.
+    """
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    with _use_tracking_uri(uri):
         return fn()
-    finally:
-        mlflow.set_tracking_uri(previous)

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from tracking.mlflow_tracker import _with_tracking_uri
+
 log = logging.getLogger(__name__)
 
 
@@ -34,22 +36,17 @@ def log_final_model(
         with torch.no_grad():
             output = model(torch.as_tensor(input_example)).numpy()
         signature = infer_signature(input_example, output)
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        info = mlflow.pytorch.log_model(
-            model,
-            name="model",
-            run_id=run_id,
-            signature=signature,
-            input_example=input_example,
-            # Explicit requirements: inferring them imports the model in a subprocess (slow, fragile).
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
-            registered_model_name=register_as,
-            metadata=metadata,
-        )
-    finally:
-        mlflow.set_tracking_uri(previous)
+    info = _with_tracking_uri(uri, lambda: mlflow.pytorch.log_model(
+        model,
+        name="model",
+        run_id=run_id,
+        signature=signature,
+        input_example=input_example,
+        # Explicit requirements: inferring them imports the model in a subprocess (slow, fragile).
+        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
+        registered_model_name=register_as,
+        metadata=metadata,
+    ))
     out = {"model_uri": info.model_uri}
     if register_as and getattr(info, "registered_model_version", None) is not None:
         out["registered_model"] = f"models:/{register_as}/{info.registered_model_version}"
@@ -61,11 +58,7 @@ def load_logged_model(uri: str, tracking_uri: str) -> tuple[Any, dict[str, Any]]
     import mlflow
     import mlflow.pytorch
 
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(tracking_uri)
-    try:
-        info = mlflow.models.get_model_info(uri)
-        model = mlflow.pytorch.load_model(uri, map_location="cpu")
-    finally:
-        mlflow.set_tracking_uri(previous)
+    info, model = _with_tracking_uri(
+        tracking_uri, lambda: (mlflow.models.get_model_info(uri), mlflow.pytorch.load_model(uri, map_location="cpu"))
+    )
     return model, dict(info.metadata or {}) | {"run_id": info.run_id}

@@ -109,8 +109,10 @@ def test_a_killed_worker_still_gives_one_complete_run(ray_session, home, mlflow_
     assert client.get_metric_history(run.info.run_id, "restarts")[-1].value == 1
     import mlflow
 
-    mlflow.set_tracking_uri(mlflow_server.uri)
-    model_info = mlflow.models.get_model_info(s["model_uri"])  # MLflow 3: a LoggedModel linked to the run
+    from tracking.mlflow_tracker import _with_tracking_uri
+
+    # MLflow 3: the model is a LoggedModel linked to the run
+    model_info = _with_tracking_uri(mlflow_server.uri, lambda: mlflow.models.get_model_info(s["model_uri"]))
     assert model_info.run_id == run.info.run_id and model_info.signature is not None
     assert model_info.metadata["elastic_train"]["run_name"] == "tracked"
     ckpts = {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}

@@ -1,0 +1,161 @@
+"""Recovery time after a worker dies, and training time lost to checkpoints. Prints JSON.
+
+    .venv/bin/python bench/recovery.py        # ~3 minutes on 2 cores
+
+On a local two-node cluster (ray.cluster_utils.Cluster, one CPU per node, one worker per node):
+
+* ``engine_recovery_s``: ``jobs.train`` with 2 workers; rank 1's process dies at step 60 (``os._exit``, as
+  a lost machine). Time from the last step before the death to the first step after it, from the run's
+  goodput ledger (``restart_lost_s``; heartbeats every step here). Goal <= 10 s.
+* ``bare_ray_train_recovery_s``: the anchor, measured in the same run: a minimal Ray Train loop with Ray's
+  defaults, killed the same way, timed from step timestamps it writes itself.
+* ``checkpoint_share``: a failure-free run at the default checkpoint cadence (every 120 s and every epoch
+  end; 3 epochs of ~5 s here): time training was blocked on evaluation + checkpoint save + report, over
+  training time. Goal <= 2%. ``per_checkpoint_s`` is the cost of one (the share for other epoch lengths
+  follows from it: ~30 ms against a 1 s epoch is 3%).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+KILL_STEP = 60
+
+
+def workload(*extra: str) -> list[str]:
+    return ["data.name=synthetic", "data.num_samples=16384", "data.num_features=128", "model.hidden_sizes=[512,512]",
+            "train.global_batch_size=128", "train.optimizer=sgd", "train.lr=0.05", "train.schedule=constant",
+            "train.warmup_steps=0", "tracking.system_metrics=false", *extra]
+
+
+def engine_recovery(home: Path) -> dict:
+    from jobs import train
+
+    os.environ["ELASTIC_TRAIN_FAULT"] = f"step={KILL_STEP},rank=1,marker={home / 'fired'}"
+    try:
+        summary = home / "recovery.json"
+        rc = train.main(["--config", str(ROOT / "configs/digits.yaml"),
+                         *workload("train.epochs=2", "scaling.num_workers=2", "scaling.placement_strategy=SPREAD",
+                                   "checkpoint.every_steps=20", "tracking.log_every_steps=1", "name=recovery",
+                                   f"checkpoint.storage_path={home / 'results'}"),
+                         "--summary-json", str(summary)])
+    finally:
+        del os.environ["ELASTIC_TRAIN_FAULT"]
+    assert rc == 0, rc
+    s = json.loads(summary.read_text())
+    return {"recovery_s": s["goodput"]["restart_lost_s"], "recomputed_steps": s["goodput"]["recomputed_steps"],
+            "restarts": s["restarts"]}
+
+
+def checkpoint_share(home: Path) -> dict:
+    from jobs import train
+
+    summary = home / "cadence.json"
+    rc = train.main(["--config", str(ROOT / "configs/digits.yaml"),
+                     *workload("data.num_samples=65536", "train.epochs=3", "scaling.num_workers=2", "name=cadence",
+                               f"checkpoint.storage_path={home / 'results'}"),
+                     "--summary-json", str(summary)])
+    assert rc == 0, rc
+    g = json.loads(summary.read_text())["goodput"]
+    checkpoints = len(list((home / "results" / "cadence").glob("checkpoint_*"))) or 1  # Ray keeps best 2 + latest
+    epochs = 3
+    return {"checkpoint_s": g["checkpoint_s"], "productive_s": g["productive_s"], "per_checkpoint_s": g["checkpoint_s"] / epochs,
+            "share": g["checkpoint_s"] / (g["checkpoint_s"] + g["productive_s"]), "kept": checkpoints}
+
+
+def bare_ray_train(home: Path) -> float:
+    """The anchor: a plain Ray Train loop (Ray's defaults), a worker process killed at the same step."""
+    import ray.train
+    import torch
+    from ray.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    stamps = home / "bare-steps.jsonl"
+    marker = home / "bare-fired"
+
+    def loop(config: dict) -> None:
+        ctx = ray.train.get_context()
+        start = 0
+        ckpt = ray.train.get_checkpoint()
+        if ckpt:
+            with ckpt.as_directory() as d:
+                start = int(Path(d, "step").read_text())
+        model = ray.train.torch.prepare_model(torch.nn.Linear(128, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+        for step in range(start + 1, 121):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            if ctx.get_world_rank() == 0:
+                with open(config["stamps"], "a") as f:
+                    f.write(json.dumps({"step": step, "t": time.time()}) + "\n")
+            if step == config["kill"] and ctx.get_world_rank() == 1 and not os.path.exists(config["marker"]):
+                Path(config["marker"]).write_text("x")
+                os._exit(1)
+            if step % 20 == 0:
+                with tempfile.TemporaryDirectory() as d:
+                    Path(d, "step").write_text(str(step))
+                    ray.train.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+            time.sleep(0.02)
+
+    env_backup = os.environ.pop("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", None)  # Ray's default (2 s) for the anchor
+    try:
+        TorchTrainer(loop, train_loop_config={"stamps": str(stamps), "marker": str(marker), "kill": KILL_STEP},
+                     scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
+                     run_config=RunConfig(name="bare", storage_path=str(home / "bare"),
+                                          failure_config=FailureConfig(max_failures=2))).fit()
+    finally:
+        if env_backup is not None:
+            os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = env_backup
+    records = [json.loads(line) for line in stamps.read_text().splitlines()]
+    # the restart shows as a step number going back (to the last checkpoint) after the kill
+    for prev, cur in zip(records, records[1:], strict=False):
+        if cur["step"] <= prev["step"]:
+            return cur["t"] - prev["t"]
+    raise RuntimeError("the bare run never restarted")
+
+
+def main() -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, logging_level="ERROR")
+    cluster.wait_for_nodes()
+    try:
+        with tempfile.TemporaryDirectory(prefix="et-recovery-") as tmp:
+            home = Path(tmp)
+            os.environ["ELASTIC_TRAIN_HOME"] = str(home)
+            bare = bare_ray_train(home)
+            engine = engine_recovery(home)
+            cadence = checkpoint_share(home)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    print(json.dumps({
+        "benchmark": "recovery",
+        "cluster": "ray.cluster_utils.Cluster, 2 nodes x 1 CPU, 2 workers",
+        "engine_recovery_s": round(engine["recovery_s"], 2),
+        "bare_ray_train_recovery_s": round(bare, 2),
+        "goal_recovery_s": 10.0,
+        "engine_recomputed_steps": engine["recomputed_steps"],
+        "checkpoint_share": round(cadence["share"], 4),
+        "goal_checkpoint_share": 0.02,
+        "checkpoint_s": round(cadence["checkpoint_s"], 2),
+        "per_checkpoint_s": round(cadence["per_checkpoint_s"], 3),
+        "training_s": round(cadence["productive_s"], 2),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
