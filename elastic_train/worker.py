@@ -306,7 +306,9 @@ class WorkerSession:
                         "world_size": self.world, "restarts": self.book.totals.restarts, "reason": reason})
         metrics.update(self.state.epoch_metrics(self.bundle.spec.tokens_per_sample))
         if p.global_step > self.log_floor or final:
-            self.tracker.log_metrics({k: v for k, v in metrics.items() if k.startswith("val_")}, step=p.global_step)
+            goodput = {f"goodput_{k}": v for k, v in self.book.totals.summary().items()}
+            self.tracker.log_metrics({**{k: v for k, v in metrics.items() if k.startswith("val_")}, **goodput},
+                                     step=p.global_step)
         self.console.close()
         self.console.line(
             f"epoch {self._epoch_label()}/{self.cfg.train.epochs} step {p.global_step}: "
