@@ -234,6 +234,9 @@ class SweepConfig(Section):
     max_concurrent_trials: Literal["auto"] | int = Field(
         "auto", description="Trials at once; auto = what the cluster can hold."
     )
+    trial_cpus: float = Field(
+        1.0, gt=0.0, description="CPUs reserved for each trial's driver (the Tune function that runs the trainer)."
+    )
 
     @field_validator("max_concurrent_trials")
     @classmethod
@@ -365,7 +368,7 @@ def leaf_keys() -> set[str]:
 
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
+    parts = _space_key_parts(key.split("."))
     node = tree
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
@@ -375,6 +378,17 @@ def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
             raise ConfigError(".".join(parts[: i + 1]), child, f"is not a section, cannot set {key}")
         node = child
     node[parts[-1]] = value
+
+
+def _space_key_parts(parts: list[str]) -> list[str]:
+    """``sweep.space.train.lr.low`` -> ``[sweep, space, train.lr, low]``: a space's keys are dotted config keys
+    (one part for top-level fields such as ``seed``, else ``section.key``)."""
+    if parts[:2] != ["sweep", "space"] or len(parts) < 3:
+        return parts
+    field = JobConfig.model_fields.get(parts[2])
+    top_level = field is not None and not (isinstance(field.annotation, type) and issubclass(field.annotation, Section))
+    n = 1 if top_level else 2
+    return [*parts[:2], ".".join(parts[2 : 2 + n]), *parts[2 + n :]]
 
 
 def _to_config_error(e: ValidationError, tree: dict[str, Any]) -> ConfigError:

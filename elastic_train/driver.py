@@ -291,8 +291,10 @@ def summarize(launch: Launch, outcome: Outcome, spec: Any) -> dict[str, Any]:
     return summary
 
 
-def finish_tracking(launch: Launch, outcome: Outcome, spec: Any, summary: dict[str, Any], report: Any) -> None:
-    """Final model (FINISHED runs), summary metrics, and the run's terminal status."""
+def finish_tracking(
+    launch: Launch, outcome: Outcome, spec: Any, summary: dict[str, Any], report: Any, log_model: bool = True
+) -> None:
+    """Final model (FINISHED runs; ``log_model=False`` for sweep trials), summary metrics, terminal status."""
     if spec is None:
         return
     from tracking.mlflow_tracker import MlflowTracker
@@ -304,7 +306,7 @@ def finish_tracking(launch: Launch, outcome: Outcome, spec: Any, summary: dict[s
     step = summary.get("steps") or 0
     tracker.log_metrics({**final, **goodput, "restarts": summary["restarts"]}, step=step)
     tracker.set_tags({"world_sizes": summary["world_sizes"], "status_detail": summary.get("error", "ok")})
-    if outcome.status == "FINISHED" and summary.get("checkpoint") and not outcome.already_complete:
+    if log_model and outcome.status == "FINISHED" and summary.get("checkpoint") and not outcome.already_complete:
         try:
             summary.update(_log_model(launch, spec, summary["checkpoint"], report))
         except Exception as e:  # noqa: BLE001 - the run trained; a model upload failure is reported, not fatal

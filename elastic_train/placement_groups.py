@@ -1,0 +1,122 @@
+"""Workaround for ray#54305: placement groups left behind by Tune trials that ASHA stopped early.
+
+What happens (measured with Ray 2.60, see README "Sweeps"): Tune stops a trial by ending its actor. The trial's
+Ray Train controller is owned by that actor and dies with it, and so do the workers; but the workers'
+placement group was created by the controller, and Ray removes an actor-created placement group only when
+both its creator actor *and its job* are dead. The job -- the sweep's driver -- is alive, so the group stays
+CREATED and holds the workers' CPUs/GPUs until the sweep ends. Ray Train starts a detached
+``PlacementGroupCleaner`` per run to cover this, but it asks the state API (the dashboard) whether the
+controller lives, and fails where there is no dashboard or several Ray instances share the host. The next
+trial's Train run then waits forever for resources that no one holds: the sweep deadlocks.
+
+:class:`OrphanedPlacementGroupReaper` is a Tune callback on the sweep's driver. Every couple of seconds, and
+when the experiment ends, it asks the GCS for this job's placement groups whose creator actor is dead and
+removes them. Such a group has no owner left that could use it, so removing it is always safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ray.tune import Callback
+
+log = logging.getLogger(__name__)
+
+LIVE_STATES = ("PENDING", "PREPARED", "CREATED", "RESCHEDULING")
+
+
+def orphaned_placement_groups(job_id: str | None = None) -> list[str]:
+    """Hex ids of the live, non-detached placement groups of ``job_id`` (default: ours) whose creator actor died."""
+    import ray
+    from ray._private.state import state
+    from ray._raylet import ActorID
+    from ray.core.generated import gcs_pb2
+
+    job_id = job_id or ray.get_runtime_context().get_job_id()
+    orphans = []
+    for raw in state._connect_and_get_accessor().get_placement_group_table():
+        pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
+        state_name = gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state)
+        if state_name not in LIVE_STATES or pg.is_detached or pg.creator_job_id.hex() != job_id:
+            continue
+        if not pg.creator_actor_id or ActorID(pg.creator_actor_id).is_nil() or not pg.creator_actor_dead:
+            continue  # created by a driver (Tune's trial groups), or its creator lives
+        orphans.append(pg.placement_group_id.hex())
+    return orphans
+
+
+def remove_orphaned_placement_groups(job_id: str | None = None) -> list[str]:
+    """Remove what :func:`orphaned_placement_groups` finds; returns the ids removed."""
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    removed = []
+    for pg_id in orphaned_placement_groups(job_id):
+        try:
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+            removed.append(pg_id)
+        except Exception as e:  # noqa: BLE001 - removed meanwhile (e.g. by Ray's own cleaner)
+            log.debug("placement group %s: %s", pg_id, e)
+    return removed
+
+
+def settle(timeout_s: float = 15.0) -> None:
+    """After a sweep: wait until no placement group of this job created by an actor is live, removing orphans.
+
+    The last stopped trials' controllers die a moment after their trial actors; until Ray marks them dead
+    their groups are not yet orphans.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        OrphanedPlacementGroupReaper.removed.extend(remove_orphaned_placement_groups())
+        if not actor_created_placement_groups():
+            return
+        time.sleep(0.5)
+
+
+def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
+    """Hex ids of this job's live placement groups that an actor created (Train runs' worker groups)."""
+    import ray
+    from ray._private.state import state
+    from ray._raylet import ActorID
+    from ray.core.generated import gcs_pb2
+
+    job_id = job_id or ray.get_runtime_context().get_job_id()
+    live = []
+    for raw in state._connect_and_get_accessor().get_placement_group_table():
+        pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
+        state_name = gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state)
+        if state_name in LIVE_STATES and pg.creator_job_id.hex() == job_id and pg.creator_actor_id \
+                and not ActorID(pg.creator_actor_id).is_nil():
+            live.append(pg.placement_group_id.hex())
+    return live
+
+
+class OrphanedPlacementGroupReaper(Callback):
+    """Tune callback: remove orphaned placement groups every ``every_s`` seconds and at the end."""
+
+    removed: list[str] = []  # every id removed in this process (class-level: Tune may restore a pickled copy)
+
+    def __init__(self, every_s: float = 2.0):
+        self.every_s = every_s
+        self._last = 0.0
+
+    def reap(self) -> None:
+        try:
+            removed = remove_orphaned_placement_groups()
+        except Exception as e:  # noqa: BLE001 - a GCS hiccup must not stop the sweep; the next step retries
+            log.warning("could not scan placement groups: %s", e)
+            return
+        if removed:
+            log.warning("removed %d placement group(s) left by stopped trials (ray#54305)", len(removed))
+            OrphanedPlacementGroupReaper.removed.extend(removed)
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        if time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            self.reap()
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self.reap()
