@@ -122,3 +122,20 @@ def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(run
         filter_string="tags.`elastic_train.run_name` = 'killed'")
     assert [r.info.run_id for r in runs_named] == [resumed["mlflow_run_id"]]
     assert runs_named[0].info.status == "FINISHED"
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["scaling.use_gpu=true"], "scaling.use_gpu"),  # more GPUs than the cluster has
+        (["scaling.num_workers=9"], "scaling.num_workers"),  # more workers than fit (4 CPUs)
+        (["scaling.resources_per_worker={CPU: 8}"], "scaling.resources_per_worker"),
+        (["checkpoint.storage_path=/proc/elastic-train-cannot-write-here"], "checkpoint.storage_path"),
+    ],
+)
+def test_preflight_refuses_what_the_cluster_cannot_do(ray_session, home, overrides, field, capsys):
+    from jobs import train
+
+    assert train.main(["--config", "configs/digits.yaml", *overrides, "train.global_batch_size=128"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {field}=")
