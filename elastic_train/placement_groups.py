@@ -7,11 +7,13 @@ both its creator actor *and its job* are dead. The job -- the sweep's driver -- 
 CREATED and holds the workers' CPUs/GPUs until the sweep ends. Ray Train starts a detached
 ``PlacementGroupCleaner`` per run to cover this, but it asks the state API (the dashboard) whether the
 controller lives, and fails where there is no dashboard or several Ray instances share the host. The next
-trial's Train run then waits forever for resources that no one holds: the sweep deadlocks.
+trial's Train run then waits forever for resources that no one holds: the sweep deadlocks. (Without a
+dashboard the detached cleaner also never exits: it polls, and warns, once a second until the cluster stops.)
 
 :class:`OrphanedPlacementGroupReaper` is a Tune callback on the sweep's driver. Every couple of seconds, and
-when the experiment ends, it asks the GCS for this job's placement groups whose creator actor is dead and
-removes them. Such a group has no owner left that could use it, so removing it is always safe.
+when the experiment ends, it asks the GCS (no dashboard needed) for this job's placement groups whose creator
+actor is dead and removes them -- such a group has no owner left that could use it, so removing it is always
+safe -- and ends the cleaners whose controller is dead, their duty done.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def settle(timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         OrphanedPlacementGroupReaper.removed.extend(remove_orphaned_placement_groups())
-        if not actor_created_placement_groups():
+        end_stranded_cleaners()
+        if not actor_created_placement_groups() and not stranded_cleaners():
             return
         time.sleep(0.5)
 
@@ -94,6 +97,42 @@ def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
     return live
 
 
+def stranded_cleaners(job_id: str | None = None) -> list[str]:
+    """Hex ids of live ``PlacementGroupCleaner`` actors (detached) whose Train controller of this job is dead.
+
+    Their one duty -- removing the dead controller's placement group -- is done here; without a dashboard they
+    never learn that the controller died and would poll (and warn) once a second until the cluster stops.
+    """
+    import ray
+    from ray._private.state import actors
+
+    job_id = job_id or ray.get_runtime_context().get_job_id()
+    table = actors()
+    dead_controllers = {_where(a["Address"]) for a in table.values()
+                        if a.get("ActorClassName") == "TrainController" and a["State"] == "DEAD" and a["JobID"] == job_id}
+    return [aid for aid, a in table.items()
+            if a.get("ActorClassName") == "PlacementGroupCleaner" and a["State"] == "ALIVE"
+            and _where(a.get("OwnerAddress") or {}) in dead_controllers]
+
+
+def _where(address: dict[str, Any]) -> tuple[Any, Any]:
+    return address.get("IPAddress"), address.get("Port")
+
+
+def end_stranded_cleaners(job_id: str | None = None) -> list[str]:
+    """Kill what :func:`stranded_cleaners` finds (by id: they are unnamed); returns the ids."""
+    import ray
+
+    ended = []
+    for aid in stranded_cleaners(job_id):
+        try:
+            ray._private.worker.global_worker.core_worker.kill_actor(ray.ActorID.from_hex(aid), True)
+            ended.append(aid)
+        except Exception as e:  # noqa: BLE001 - it exited meanwhile
+            log.debug("cleaner %s: %s", aid, e)
+    return ended
+
+
 class OrphanedPlacementGroupReaper(Callback):
     """Tune callback: remove orphaned placement groups every ``every_s`` seconds and at the end."""
 
@@ -106,6 +145,7 @@ class OrphanedPlacementGroupReaper(Callback):
     def reap(self) -> None:
         try:
             removed = remove_orphaned_placement_groups()
+            end_stranded_cleaners()
         except Exception as e:  # noqa: BLE001 - a GCS hiccup must not stop the sweep; the next step retries
             log.warning("could not scan placement groups: %s", e)
             return

@@ -83,8 +83,10 @@ def plan_sweep(config_path: str | None, overrides: list[str], resume: str | None
 
 
 def _tune_state_exists(sweep_dir: str) -> bool:
-    storage = RunStorage(*sweep_dir.rsplit("/", 1))
-    return storage.read_text("tuner.pkl") is not None if storage.exists() else False
+    import pyarrow.fs
+
+    fs, base = pyarrow.fs.FileSystem.from_uri(sweep_dir if "://" in sweep_dir else f"file://{sweep_dir}")
+    return fs.get_file_info(f"{base.rstrip('/')}/tuner.pkl").type == pyarrow.fs.FileType.File
 
 
 def validate_sweep(cfg: JobConfig) -> None:

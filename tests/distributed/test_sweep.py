@@ -1,0 +1,229 @@
+"""Real Ray Tune sweeps on the session's local Ray: every trial is the real 2-worker DDP trainer on shrunk digits.
+
+One ASHA sweep (6 grid trials, 2 epochs, an injected worker crash) is shared by most tests; a failing trial and
+a driver killed mid-sweep then resumed run sweeps of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs import sweep as sweep_job
+from tests.cluster.test_elastic import wait_for
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+PRESET = "configs/sweep-digits.yaml"
+GRID = ("sweep.space={train.lr: {type: grid, values: [0.01, 0.0003, 0.00003]}, "
+        "train.global_batch_size: {type: grid, values: [64, 128]}}")
+
+
+def sweep_args(tmp: Path, name: str, *overrides: str) -> list[str]:
+    """The real sweep preset, shrunk: tiny trials (2 epochs), no system-metrics thread, storage in ``tmp``."""
+    return ["--config", PRESET, f"name={name}", f"checkpoint.storage_path={tmp}", "train.epochs=2",
+            "tracking.system_metrics=false", "sweep.num_samples=1", *overrides]
+
+
+def run_sweep(tmp: Path, name: str, *overrides: str, expect: int = 0) -> dict:
+    summary = tmp / f"{name}.json"
+    assert sweep_job.main([*sweep_args(tmp, name, *overrides), "--summary-json", str(summary)]) == expect
+    return json.loads(summary.read_text())
+
+
+def mlflow_client(summary: dict):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=summary["tracking_uri"])
+
+
+def children(summary: dict) -> list:
+    client = mlflow_client(summary)
+    parent = client.get_run(summary["mlflow_parent_run_id"])
+    return client.search_runs([parent.info.experiment_id],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+
+
+def runs_named(summary: dict, name: str) -> list:
+    client = mlflow_client(summary)
+    exp = client.get_run(summary["mlflow_parent_run_id"]).info.experiment_id
+    return client.search_runs([exp], filter_string=f"tags.`elastic_train.run_name` = '{name}'")
+
+
+@pytest.fixture(scope="module")
+def asha(ray_module, session_home, tmp_path_factory):
+    """A 6-trial ASHA grid sweep; the first trial to reach step 3 loses a worker once (its own budget recovers)."""
+    os.environ["ELASTIC_TRAIN_HOME"] = str(session_home)
+    tmp = tmp_path_factory.mktemp("sweep")
+    marker = tmp / "fault-fired"
+    os.environ["ELASTIC_TRAIN_FAULT"] = f"step=3,rank=1,marker={marker},mode=exit"
+    try:
+        summary = run_sweep(tmp, "asha", "sweep.search=grid", GRID, "sweep.scheduler=asha", "sweep.grace_period=1",
+                            "sweep.reduction_factor=2", "tracking.register_model=sweep-test-model")
+    finally:
+        del os.environ["ELASTIC_TRAIN_FAULT"]
+    return tmp, summary, marker
+
+
+def test_asha_sweep_completes_and_stops_weak_trials_early(asha):
+    tmp, summary, _ = asha
+    trials = summary["trials"]
+    assert summary["status"] == "FINISHED" and len(trials) == 6
+    assert summary["max_concurrent_trials"] == 1  # 4 CPUs / (1 trial driver + 2 workers x 1 CPU)
+    stopped = [t for t in trials if t["status"] == "STOPPED"]
+    finished = [t for t in trials if t["status"] == "FINISHED"]
+    assert stopped and finished and len(stopped) + len(finished) == 6
+    assert all(t["epochs"] == 1 for t in stopped) and all(t["epochs"] == 2 for t in finished)
+    assert summary["total_epochs"] == sum(t["epochs"] for t in trials) < 12
+    sign = 1 if summary["mode"] == "min" else -1
+    ranked = [sign * t["best_metric"] for t in trials]
+    assert ranked == sorted(ranked)
+
+
+def test_every_trial_ran_the_real_multi_worker_trainer(asha):
+    tmp, summary, marker = asha
+    from elastic_train.storage import RunStorage
+
+    for t in summary["trials"]:
+        run = RunStorage(summary["storage_path"], t["run_name"])
+        assert run.checkpoints(), t
+        meta = json.loads(run.read_text(f"{run.checkpoints()[-1]}/meta.json"))
+        assert meta["metrics"]["world_size"] == 2 and meta["config"]["train"]["lr"] == t["config"]["train.lr"]
+        assert meta["config"]["train"]["global_batch_size"] == t["config"]["train.global_batch_size"]
+    kids = children(summary)
+    assert {k.data.tags["world_size"] for k in kids} == {"2"}
+    # The injected crash hit one trial, which recovered within its own failure budget and went on.
+    assert marker.exists()
+    assert [k.data.metrics.get("restarts") for k in kids if k.data.metrics.get("restarts")] == [1.0]
+
+
+def test_mlflow_holds_one_parent_and_a_child_per_trial(asha):
+    tmp, summary, _ = asha
+    parents = runs_named(summary, "asha")
+    assert [r.info.run_id for r in parents] == [summary["mlflow_parent_run_id"]]
+    parent = parents[0]
+    assert parent.data.tags["elastic_train.kind"] == "sweep" and parent.info.status == "FINISHED"
+    kids = children(summary)
+    assert sorted(k.data.tags["elastic_train.run_name"] for k in kids) == sorted(t["run_name"] for t in summary["trials"])
+    assert {k.data.tags["elastic_train.kind"] for k in kids} == {"trial"}
+    assert {k.info.status for k in kids} == {"FINISHED"}
+    stopped = {t["run_name"] for t in summary["trials"] if t["status"] == "STOPPED"}
+    assert {k.data.tags["elastic_train.run_name"] for k in kids if k.data.tags["stopped_early"] == "true"} == stopped
+    names = {a.path for a in mlflow_client(summary).list_artifacts(parent.info.run_id)}
+    assert {"results.csv", "sweep.png", "best_config.yaml", "summary.json", "best_checkpoint"} <= names
+    assert parent.data.metrics["total_epochs"] == summary["total_epochs"]
+
+
+def test_summary_best_is_the_best_child_run(asha):
+    tmp, summary, _ = asha
+    kids = children(summary)
+    best_child = min(kids, key=lambda k: k.data.metrics["best_val_loss"])
+    best = summary["best"]
+    assert best["mlflow_run_id"] == best_child.info.run_id
+    assert best["metric"] == pytest.approx(best_child.data.metrics["best_val_loss"], rel=1e-12)
+    history = mlflow_client(summary).get_metric_history(best_child.info.run_id, "val_loss")  # logged by rank 0
+    assert best["metric"] == pytest.approx(min(m.value for m in history), rel=1e-9)
+    assert best["config"] == next(t["config"] for t in summary["trials"] if t["mlflow_run_id"] == best["mlflow_run_id"])
+    meta = json.loads((Path(best["checkpoint"]) / "meta.json").read_text())
+    assert meta["metrics"]["val_loss"] == pytest.approx(best["metric"], rel=1e-12)
+    assert best["registered_model"] == "models:/sweep-test-model/1"
+    from elastic_train.config import load
+
+    local = mlflow_client(summary).download_artifacts(summary["mlflow_parent_run_id"], "best_config.yaml", str(tmp))
+    assert load(local).train.lr == best["config"]["train.lr"]
+
+
+def test_stopped_trials_leave_no_workers_or_placement_groups(asha, ray_module):
+    """ray#54305: ASHA-stopped trials' Train placement groups outlive them; the sweep's reaper removes them."""
+    from elastic_train.placement_groups import actor_created_placement_groups, stranded_cleaners
+
+    tmp, summary, _ = asha
+    ray = ray_module
+    assert actor_created_placement_groups() == [] and stranded_cleaners() == []
+    wait_for(lambda: ray.available_resources().get("CPU") == ray.cluster_resources().get("CPU"), 30,
+             "every CPU to be free again after the sweep")
+    from ray._private.state import actors
+
+    alive = [a for a in actors().values() if a["State"] == "ALIVE"]
+    assert not [a for a in alive if a.get("ActorClassName") in ("RayTrainWorker", "TrainController")]
+
+
+def test_more_concurrent_trials_than_the_cluster_holds_exits_2(ray_session, home, capsys):
+    args = sweep_args(home, "too-many", "sweep.max_concurrent_trials=5")
+    assert sweep_job.main(args) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "sweep.max_concurrent_trials=5: the cluster holds at most 1 trial" in err[0]
+    assert not (home / "too-many" / "tuner.pkl").exists()
+
+
+def test_a_failing_trial_does_not_stop_the_sweep(ray_session, home):
+    """One trial's workers cannot start (an unwritable trace path): it fails after its own budget; the other runs."""
+    summary = run_sweep(home, "one-fails", "sweep.scheduler=none", "train.epochs=1", "failure.max_failures=1",
+                        "sweep.space={data.trace_path: {type: grid, values: [null, /proc/no-such-dir/trace]}}")
+    by_path = {t["config"]["data.trace_path"]: t for t in summary["trials"]}
+    assert by_path[None]["status"] == "FINISHED" and by_path[None]["epochs"] == 1
+    assert by_path["/proc/no-such-dir/trace"]["status"] == "FAILED" and by_path["/proc/no-such-dir/trace"]["error"]
+    assert summary["best"]["config"] == {"data.trace_path": None}
+    assert {k.data.tags["elastic_train.run_name"]: k.info.status for k in children(summary)} == {
+        t["run_name"]: "FINISHED" if t["status"] == "FINISHED" else "FAILED" for t in summary["trials"]}
+
+
+def trial_states(sweep_dir: Path) -> dict[str, str]:
+    """Trial id -> status in Tune's latest saved experiment state."""
+    files = sorted(sweep_dir.glob("experiment_state-*.json"))
+    if not files:
+        return {}
+    try:
+        data = json.loads(files[-1].read_text())
+    except json.JSONDecodeError:  # caught mid-write
+        return {}
+    return {t["trial_id"]: t["status"] for t in (json.loads(raw) for raw, _ in data["trial_data"])}
+
+
+def test_a_killed_sweep_resumes_without_rerunning_finished_trials(ray_session, home):
+    """SIGKILL the sweep's driver while trial 2 trains (trial 1 done), then ``--resume NAME``."""
+    from elastic_train.storage import SNAPSHOT_FILE, RunStorage
+
+    name = "resumed"
+    env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address,
+               ELASTIC_TRAIN_FAULT="delay=0.3",  # stretch each trial: time to kill one mid-run
+               TUNE_GLOBAL_CHECKPOINT_S="1")      # save Tune's experiment state every second
+    overrides = ["sweep.search=grid", "sweep.scheduler=none", "checkpoint.every_steps=4",
+                 "sweep.space={train.lr: {type: grid, values: [0.01, 0.003, 0.001]}}"]
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *sweep_args(home, name, *overrides)], cwd=ROOT,
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep_dir = home / name
+
+    def one_done_one_midway():
+        states = trial_states(sweep_dir)
+        done = [t for t, s in states.items() if s == "TERMINATED"]
+        running = [t for t, s in states.items() if s == "RUNNING"
+                   and (sweep_dir / f"trial-{t}" / SNAPSHOT_FILE).exists()]
+        return (done, running) if done and running else None
+
+    try:
+        done, running = wait_for(one_done_one_midway, 300, "one trial finished and another one checkpointed")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    results_before = {t: (sweep_dir / f"tune-{t}" / "result.json").read_text() for t in done}
+    mid = RunStorage(str(sweep_dir), f"trial-{running[0]}")
+    assert mid.checkpoints() and json.loads(mid.read_text(f"{mid.checkpoints()[-1]}/meta.json"))["progress"]["epoch"] < 2
+
+    assert sweep_job.main(["--resume", name, f"checkpoint.storage_path={home}", "--summary-json",
+                           str(home / "resumed.json")]) == 0
+    summary = json.loads((home / "resumed.json").read_text())
+    assert len(summary["trials"]) == 3 and {t["status"] for t in summary["trials"]} == {"FINISHED"}
+    for t in done:  # not rerun: Tune's record of the finished trial did not grow
+        assert (sweep_dir / f"tune-{t}" / "result.json").read_text() == results_before[t]
+    kids = children(summary)
+    assert len(kids) == 3 and len(runs_named(summary, name)) == 1  # found again, not duplicated
+    midway = next(k for k in kids if k.data.tags["elastic_train.run_name"] == f"trial-{running[0]}")
+    assert midway.data.metrics["restarts"] >= 1  # resumed from its checkpoint, in the same child run
