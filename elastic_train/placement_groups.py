@@ -22,6 +22,7 @@ import logging
 import time
 from typing import Any
 
+import ray
 from ray.tune import Callback
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,6 @@ LIVE_STATES = ("PENDING", "PREPARED", "CREATED", "RESCHEDULING")
 
 def orphaned_placement_groups(job_id: str | None = None) -> list[str]:
     """Hex ids of the live, non-detached placement groups of ``job_id`` (default: ours) whose creator actor died."""
-    import ray
     from ray._private.state import state
     from ray._raylet import ActorID
     from ray.core.generated import gcs_pb2
@@ -81,7 +81,6 @@ def settle(timeout_s: float = 15.0) -> None:
 
 def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
     """Hex ids of this job's live placement groups that an actor created (Train runs' worker groups)."""
-    import ray
     from ray._private.state import state
     from ray._raylet import ActorID
     from ray.core.generated import gcs_pb2
@@ -97,20 +96,19 @@ def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
     return live
 
 
-def stranded_cleaners(job_id: str | None = None) -> list[str]:
-    """Hex ids of live ``PlacementGroupCleaner`` actors (detached) whose Train controller of this job is dead.
+def stranded_cleaners(job_id: str | None = None) -> list[dict[str, Any]]:
+    """Live ``PlacementGroupCleaner`` actors (detached) whose Train controller of this job is dead.
 
-    Their one duty -- removing the dead controller's placement group -- is done here; without a dashboard they
-    never learn that the controller died and would poll (and warn) once a second until the cluster stops.
+    Their one duty -- removing the dead controller's placement group -- is done here; without a working state
+    API they never learn that the controller died, and live (polling once a second) until the cluster stops.
     """
-    import ray
     from ray._private.state import actors
 
     job_id = job_id or ray.get_runtime_context().get_job_id()
     table = actors()
     dead_controllers = {_where(a["Address"]) for a in table.values()
                         if a.get("ActorClassName") == "TrainController" and a["State"] == "DEAD" and a["JobID"] == job_id}
-    return [aid for aid, a in table.items()
+    return [a for a in table.values()
             if a.get("ActorClassName") == "PlacementGroupCleaner" and a["State"] == "ALIVE"
             and _where(a.get("OwnerAddress") or {}) in dead_controllers]
 
@@ -119,17 +117,33 @@ def _where(address: dict[str, Any]) -> tuple[Any, Any]:
     return address.get("IPAddress"), address.get("Port")
 
 
-def end_stranded_cleaners(job_id: str | None = None) -> list[str]:
-    """Kill what :func:`stranded_cleaners` finds (by id: they are unnamed); returns the ids."""
-    import ray
+def end_stranded_cleaners(job_id: str | None = None) -> int:
+    """End what :func:`stranded_cleaners` finds. They are unnamed and this process holds no handle to them, so
+    ``ray.kill`` cannot reach them: a zero-CPU task on each one's node sends SIGTERM to its process."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    ended = []
-    for aid in stranded_cleaners(job_id):
+    by_node: dict[str, list[int]] = {}
+    for a in stranded_cleaners(job_id):
+        by_node.setdefault(a["Address"]["NodeID"], []).append(int(a["Pid"]))
+    refs = [_terminate_cleaners.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(pids)
+            for node, pids in by_node.items()]
+    return sum(ray.get(refs, timeout=30)) if refs else 0
+
+
+@ray.remote(num_cpus=0)
+def _terminate_cleaners(pids: list[int]) -> int:
+    import os
+    import signal
+    from pathlib import Path
+
+    ended = 0
+    for pid in pids:
         try:
-            ray._private.worker.global_worker.core_worker.kill_actor(ray.ActorID.from_hex(aid), True)
-            ended.append(aid)
-        except Exception as e:  # noqa: BLE001 - it exited meanwhile
-            log.debug("cleaner %s: %s", aid, e)
+            if b"PlacementGroupCleaner" in Path(f"/proc/{pid}/cmdline").read_bytes():  # still that actor
+                os.kill(pid, signal.SIGTERM)
+                ended += 1
+        except OSError:
+            pass  # gone meanwhile
     return ended
 
 
