@@ -25,6 +25,7 @@ Layout under ``checkpoint.storage_path``::
 from __future__ import annotations
 
 import copy
+import difflib
 import importlib.util
 import logging
 import math
@@ -101,8 +102,6 @@ def validate_sweep(cfg: JobConfig) -> None:
     known = config_mod.leaf_keys()
     for key, dist in s.space.items():
         if key not in known:
-            import difflib
-
             hint = difflib.get_close_matches(key, sorted(known), n=1)
             raise ConfigError("sweep.space", key, "unknown config key" + (f"; did you mean {hint[0]!r}?" if hint else ""))
         if key.startswith(UNSWEEPABLE):
@@ -122,7 +121,7 @@ def validate_sweep(cfg: JobConfig) -> None:
 
 
 def probe_values(dist: Distribution) -> list[Any]:
-    """Values that stand for the whole distribution when validating it: the candidates, or the ends and middle."""
+    """Values that stand for the whole distribution when validating it: the candidates, or the ends and an inner point."""
     if dist.type in ("choice", "grid"):
         return list(dist.values or [])
     lo, hi = dist.low, dist.high
@@ -435,6 +434,7 @@ def close_children(parent: Any, rows: list[TrialRow], metric: str) -> None:
     Trials stopped by the scheduler were ended mid-run (their process is gone): they are marked FINISHED with
     ``stopped_early=true``, as Ray's own MLflow callback marks early-stopped trials.
     """
+    from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
     from tracking.runs import RUN_NAME_TAG
@@ -449,8 +449,6 @@ def close_children(parent: Any, rows: list[TrialRow], metric: str) -> None:
             continue
         row.mlflow_run_id = run.info.run_id
         metrics = {"epochs_run": row.epochs, **({f"best_{metric}": row.best_metric} if row.best_metric is not None else {})}
-        from mlflow.entities import Metric, RunTag
-
         now = int(time.time() * 1000)
         client.log_batch(run.info.run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                          tags=[RunTag("sweep_status", row.status), RunTag("stopped_early", str(row.status == "STOPPED").lower())])

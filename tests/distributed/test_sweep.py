@@ -227,3 +227,29 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials(ray_session, h
     assert len(kids) == 3 and len(runs_named(summary, name)) == 1  # found again, not duplicated
     midway = next(k for k in kids if k.data.tags["elastic_train.run_name"] == f"trial-{running[0]}")
     assert midway.data.metrics["restarts"] >= 1  # resumed from its checkpoint, in the same child run
+
+
+def test_a_placement_group_outlives_its_killed_creator_until_the_reaper_removes_it(ray_session):
+    """The root of ray#54305, without Tune: an actor-created placement group survives its creator's death while
+    the job lives. If Ray ever removes it by itself, the first assertion says the workaround can go."""
+    from ray.util.placement_group import placement_group_table
+
+    from elastic_train.placement_groups import orphaned_placement_groups, remove_orphaned_placement_groups
+
+    ray = ray_session
+
+    @ray.remote(num_cpus=0)
+    class Creator:
+        def make(self) -> str:
+            pg = ray.util.placement_group([{"CPU": 1}])
+            ray.get(pg.ready(), timeout=60)
+            return pg.id.hex()
+
+    creator = Creator.remote()
+    pg_id = ray.get(creator.make.remote())
+    assert pg_id not in orphaned_placement_groups()  # its creator lives: not an orphan
+    ray.kill(creator)
+    wait_for(lambda: pg_id in orphaned_placement_groups(), 30, "the group to be an orphan")
+    assert placement_group_table()[pg_id]["state"] == "CREATED", "Ray removed it itself: the reaper may go"
+    assert pg_id in remove_orphaned_placement_groups()
+    wait_for(lambda: placement_group_table()[pg_id]["state"] == "REMOVED", 30, "the group to be removed")
