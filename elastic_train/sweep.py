@@ -358,7 +358,7 @@ class TrialRow:
     trial_id: str
     run_name: str
     config: dict[str, Any]
-    status: str  # FINISHED | STOPPED (early, by the scheduler) | FAILED | NOT_RUN
+    status: str  # FINISHED | STOPPED (early, by the scheduler) | FAILED | UNFINISHED (sweep interrupted)
     best_metric: float | None
     epochs: int
     history: list[tuple[float, float]] = field(default_factory=list)  # (epoch, metric) per report
@@ -373,6 +373,8 @@ class TrialRow:
 def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
     """One row per trial from Tune's results, ranked best first (failed and unrun trials last)."""
     s = plan.cfg.sweep
+    # Tune's own view tells a trial stopped by ASHA (TERMINATED) from one an interrupted sweep left RUNNING.
+    live = {t.trial_id for t in grid._experiment_analysis.trials if t.status not in ("TERMINATED", "ERROR")}
     rows = []
     for result in grid:
         trial_id = Path(result.path).name.removeprefix(TUNE_PREFIX)
@@ -385,8 +387,8 @@ def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
         done = int(max((e for e, _ in history), default=0))
         if result.error is not None:
             status = "FAILED"
-        elif not history:
-            status = "NOT_RUN"
+        elif trial_id in live or not history:
+            status = "UNFINISHED"
         else:
             status = "FINISHED" if done >= _trial_epochs(plan.cfg, result.config) else "STOPPED"
         error = str(result.error).strip().splitlines()[-1][:300] if result.error is not None else None
@@ -452,7 +454,7 @@ def close_children(parent: Any, rows: list[TrialRow], metric: str) -> None:
         now = int(time.time() * 1000)
         client.log_batch(run.info.run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                          tags=[RunTag("sweep_status", row.status), RunTag("stopped_early", str(row.status == "STOPPED").lower())])
-        status = {"FAILED": "FAILED", "NOT_RUN": "KILLED"}.get(row.status, "FINISHED")
+        status = {"FAILED": "FAILED", "UNFINISHED": "KILLED"}.get(row.status, "FINISHED")
         if run.info.status != status:
             client.set_terminated(run.info.run_id, status=status)
 
@@ -516,7 +518,7 @@ def summarize(plan: SweepPlan, rows: list[TrialRow], parent: Any, reclaimed: lis
                 "checkpoint": best_row.checkpoint, "mlflow_run_id": best_row.mlflow_run_id, "epochs": best_row.epochs}
     return {
         "sweep": plan.name,
-        "status": "FINISHED" if best else "FAILED",
+        "status": "KILLED" if any(r.status == "UNFINISHED" for r in rows) else "FINISHED" if best else "FAILED",
         "metric": s.metric,
         "mode": s.mode,
         "search": s.search,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from jobs._cli import EXIT_FAILED, EXIT_OK, common_parser, guarded, write_json
+from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +62,9 @@ def _sweep(args) -> int:
         sweep.finish_parent(plan, summary, rows, parent, report)
     print(sweep.render_table(summary))
     write_json(args.summary_json, summary)
+    if summary["status"] == "KILLED":
+        print(f"interrupted: continue with  python -m jobs.sweep --resume {plan.name}", file=sys.stderr)
+        return EXIT_KILLED
     return EXIT_OK if summary["best"] else EXIT_FAILED
 
 
