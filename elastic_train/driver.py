@@ -274,6 +274,7 @@ def summarize(launch: Launch, outcome: Outcome, spec: Any) -> dict[str, Any]:
         "mlflow_run_id": spec.run_id if spec else None,
         "tracking_uri": spec.uri if spec else None,
         "samples_per_second": m.get("samples_per_second"),
+        "samples_per_second_median": m.get("samples_per_second_median"),
         "time_to_first_step_s": (first - launch.started) if first else None,
         "wall_s": time.time() - launch.started,
         "goodput": m.get("goodput") or totals,

@@ -137,15 +137,17 @@ class StepResult:
     loss_sum: torch.Tensor
     correct: torch.Tensor
     samples: int
-    grad_norm: torch.Tensor
+    grad_norm: torch.Tensor | None  # None when neither clipping nor a log step asked for it
     skipped: bool = False  # fp16: the scaler found inf/nan gradients and skipped the update
 
 
-def _grad_norm(params: list[torch.Tensor], clip: float | None) -> torch.Tensor:
+def _grad_norm(params: list[torch.Tensor], clip: float | None, measure: bool) -> torch.Tensor | None:
     if clip is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, clip)
-    else:
+    elif measure:
         norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    else:
+        return None  # a pass over every gradient (~2 % of a small step) that nobody would read
     # FSDP: the norm of sharded (DTensor) gradients is a replicated DTensor; metrics want a plain tensor.
     return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
@@ -158,8 +160,12 @@ def train_step(
     precision: Precision,
     loss_scale: float,
     grad_clip: float | None,
+    measure_grad_norm: bool = True,
 ) -> StepResult:
-    """One optimizer step over this worker's micro-batches of the current global batch."""
+    """One optimizer step over this worker's micro-batches of the current global batch.
+
+    The global gradient norm is computed when clipping needs it or ``measure_grad_norm`` asks (log steps).
+    """
     model.train()
     loss_sum = torch.zeros((), device=micro_batches[-1][0].device)
     correct = torch.zeros((), dtype=torch.long, device=loss_sum.device)
@@ -180,18 +186,18 @@ def train_step(
     params = [p for p in model.parameters() if p.grad is not None]
     if precision.scaler is not None:
         precision.scaler.unscale_(optimizer)
-        norm = _grad_norm(params, grad_clip)
+        norm = _grad_norm(params, grad_clip, measure_grad_norm)
         scale_before = precision.scaler.get_scale()
         precision.scaler.step(optimizer)
         precision.scaler.update()
         skipped = precision.scaler.get_scale() < scale_before
     else:
-        norm = _grad_norm(params, grad_clip)
+        norm = _grad_norm(params, grad_clip, measure_grad_norm)
         optimizer.step()
         skipped = False
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()
-    return StepResult(loss_sum, correct, samples, norm.detach(), skipped)
+    return StepResult(loss_sum, correct, samples, None if norm is None else norm.detach(), skipped)
 
 
 @torch.no_grad()

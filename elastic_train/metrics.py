@@ -7,7 +7,9 @@ cadence, together with rank 0's control flags, in one small collective.
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -40,14 +42,16 @@ class Window:
     def reset(self) -> None:
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
         self.loss_sum, self.correct, self.grad_norm_sum = zero.clone(), zero.clone(), zero.clone()
-        self.samples = self.count = 0
+        self.samples = self.count = self.norms = 0
         self.data_wait_s = 0.0
         self.t0 = time.perf_counter()
 
     def add(self, r: StepResult) -> None:
         self.loss_sum += r.loss_sum
         self.correct += r.correct
-        self.grad_norm_sum += r.grad_norm
+        if r.grad_norm is not None:
+            self.grad_norm_sum += r.grad_norm
+            self.norms += 1
         self.samples += r.samples
         self.count += 1
 
@@ -71,6 +75,7 @@ class Window:
         loss_sum, correct, grad_norm_sum, samples, steps = values[:5]
         totals = {"loss_sum": loss_sum, "correct": correct, "samples": samples, "grad_norm_sum": grad_norm_sum, "steps": steps}
         totals["grad_norm_sum"] /= world  # every worker holds the same (global) norm
+        totals["grad_norms"] = self.norms  # how many steps measured it (the same on every worker)
         totals["steps"] /= world
         self.warm, self._first = not self._first, False
         return totals, {n: v > 0 for n, v in zip(names, values[FIELDS:], strict=True)}
@@ -82,6 +87,7 @@ class Throughput:
     def __init__(self) -> None:
         self.samples = self.seconds = self.all_samples = self.all_seconds = 0.0
         self.data_wait_s = self.all_data_wait_s = 0.0
+        self.window_rates: deque[float] = deque(maxlen=10_000)  # per log window, for a robust median
 
     def add(self, samples: float, seconds: float, warm: bool, data_wait_s: float = 0.0) -> None:
         self.all_samples += samples
@@ -91,6 +97,12 @@ class Throughput:
             self.samples += samples
             self.seconds += seconds
             self.data_wait_s += data_wait_s
+            if seconds > 0:
+                self.window_rates.append(samples / seconds)
+
+    def median_rate(self) -> float:
+        """Median over the steady log windows: insensitive to a neighbour's burst on a shared machine."""
+        return statistics.median(self.window_rates) if self.window_rates else self.rate()
 
     def rate(self) -> float:
         if self.seconds > 0:
@@ -109,11 +121,10 @@ def interval_metrics(
     device: torch.device, cfg: JobConfig,
 ) -> dict[str, float]:
     n = max(totals["samples"], 1.0)
-    steps = max(totals["steps"], 1.0)
     out = {
         "train_loss": totals["loss_sum"] / n,
         "train_accuracy": totals["correct"] / (n * spec.tokens_per_sample),
-        "grad_norm": totals["grad_norm_sum"] / steps,
+        "grad_norm": totals["grad_norm_sum"] / totals["grad_norms"] if totals.get("grad_norms") else None,
         "samples_per_second": totals["samples"] / wall_s if wall_s > 0 else 0.0,
         "data_wait_share": data_wait_s / wall_s if wall_s > 0 else 0.0,
     }

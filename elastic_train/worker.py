@@ -121,10 +121,12 @@ class WorkerSession:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
         self.console = Console(self.rank == 0, bars=args.progress_bars)
+        self._book_pushed = float("-inf")
         self.tracker: Tracker = tracker_for(args.tracking, self.rank)
         self._build()
         restored = self._restore(checkpoint)
         self._begin_attempt(restored, checkpoint)
+        self.tracker.ready()  # its start-up (importing MLflow) overlapped ours; don't let it overlap training
 
     # ------------------------------------------------------------------------------ setup
     def _build(self) -> None:
@@ -174,7 +176,8 @@ class WorkerSession:
             rec.world_sizes,
         )
         self.log_floor = max(self.args.log_floor, self.book.logged_step)
-        self.console.line(f"worker group of {self.world} on {self.device.type}: {self.plan}")
+        where = self.device.type if self.device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads each"
+        self.console.line(f"worker group of {self.world} ({where}): {self.plan}")
         if event["restart"]:
             where = f"{Path(checkpoint.path).name} (epoch {p.epoch + 1}, step {p.step_in_epoch})" if checkpoint else "the start"
             resize = f", resized {event['previous_world_size']} -> {self.world} workers" if event["previous_world_size"] else ""
@@ -187,7 +190,7 @@ class WorkerSession:
             {"world_size": self.world, "restarts": self.book.totals.restarts, "accum_steps": self.plan.accum_steps},
             step=p.global_step,
         )
-        self._push_book()
+        self._push_book(force=True)
 
     # ------------------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -212,6 +215,7 @@ class WorkerSession:
                 result = train_step(
                     self.model, micro, self.state.optimizer, self.state.scheduler, self.precision,
                     self.plan.loss_scale, cfg.train.grad_clip,
+                    measure_grad_norm=self._sync_point(p.global_step + 1, (p.step_in_epoch + 1) % self.data.steps_per_epoch),
                 )
                 p.advance(cfg.train.global_batch_size, self.data.steps_per_epoch)
                 self.window.add(result)
@@ -331,7 +335,7 @@ class WorkerSession:
         )
         blocked = time.perf_counter() - t0
         self.book.heartbeat(time.time(), p.global_step, 0.0, blocked)
-        self._push_book()
+        self._push_book(force=True)
         self.last_ckpt_time = time.monotonic()
         self.window.reset()
         return metrics
@@ -354,6 +358,7 @@ class WorkerSession:
         return {
             "params_sha256": params_sha256(sd) if self.rank == 0 else "",
             "samples_per_second": self.throughput.rate(),
+            "samples_per_second_median": self.throughput.median_rate(),
             "first_step_unix": self.book.first_step_unix,
             "goodput": self.book.totals.summary(),
             "world_sizes": list(self.book.world_sizes),
@@ -371,9 +376,14 @@ class WorkerSession:
         if p.epoch >= self.cfg.train.epochs and not self.window.empty:
             self._maybe_checkpoint(self._sync_and_log(), epoch_end=True)
 
-    def _push_book(self) -> None:
-        if self.args.ledger is not None and self.rank == 0:
-            self.args.ledger.put.remote(self.book.to_dict())  # fire and forget
+    def _push_book(self, force: bool = False) -> None:
+        """Rank 0 saves the goodput book to the ledger (fire and forget), at most every 0.25 s unless forced."""
+        if self.args.ledger is None or self.rank != 0:
+            return
+        now = time.monotonic()
+        if force or now - self._book_pushed >= 0.25:
+            self._book_pushed = now
+            self.args.ledger.put.remote(self.book.to_dict())
 
     def _ledger_get(self) -> dict[str, Any] | None:
         """Rank 0 reads the run's goodput book; accounting must never stop training, so errors are None."""

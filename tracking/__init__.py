@@ -10,12 +10,12 @@ from tracking.base import NullTracker, Tracker, TrackingSpec
 
 
 def tracker_for(spec: TrackingSpec | None, rank: int) -> Tracker:
-    """The MLflow tracker on rank 0 when tracking is configured; a no-op everywhere else."""
+    """Rank 0's tracker when tracking is configured (MLflow, from a child process); a no-op everywhere else."""
     if spec is None or rank != 0:
         return NullTracker()
-    from tracking.mlflow_tracker import MlflowTracker
+    from tracking.sender import ProcessTracker
 
-    return MlflowTracker(spec)
+    return ProcessTracker(spec)
 
 
 __all__ = ["NullTracker", "Tracker", "TrackingSpec", "tracker_for"]

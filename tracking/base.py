@@ -22,6 +22,8 @@ class TrackingSpec:
 class Tracker(Protocol):
     """What the training code may ask of experiment tracking."""
 
+    def ready(self, timeout_s: float = 60.0) -> bool: ...
+
     def log_params(self, params: dict[str, Any]) -> None: ...
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
@@ -37,6 +39,9 @@ class Tracker(Protocol):
 
 class NullTracker:
     """The tracker of every rank but 0 (and of runs with tracking off): accepts everything, does nothing."""
+
+    def ready(self, timeout_s: float = 60.0) -> bool:
+        return True
 
     def log_params(self, params: dict[str, Any]) -> None:
         pass

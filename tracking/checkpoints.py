@@ -38,8 +38,11 @@ class MlflowCheckpointCallback(UserCallback, ControllerCallback):
         return {k: self.__dict__[k] for k in ("spec", "policy", "score", "mode")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled on the controller: start the thread now, so importing MLflow overlaps worker start-up."""
         self.__dict__.update(state)
         self._setup_runtime()
+        if self.policy:
+            self._start()
 
     def _setup_runtime(self) -> None:
         self._queue: queue.Queue[tuple[Checkpoint, dict[str, Any]] | None] = queue.Queue()
@@ -49,18 +52,22 @@ class MlflowCheckpointCallback(UserCallback, ControllerCallback):
     def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Checkpoint | None) -> None:
         if checkpoint is None or not self.policy:
             return
+        self._start()
+        self._queue.put((checkpoint, dict(metrics[0]) if metrics else {}))
+
+    def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="mlflow-checkpoints", daemon=True)
             self._thread.start()
-        self._queue.put((checkpoint, dict(metrics[0]) if metrics else {}))
 
     def after_controller_finish(self, result: Any) -> None:
         self.flush()
 
     # ------------------------------------------------------------------------------ background
     def _work(self) -> None:
-        from tracking.mlflow_tracker import MlflowTracker
+        from tracking.mlflow_tracker import MlflowTracker, yield_cpu_to_training
 
+        yield_cpu_to_training()  # copying checkpoints must not slow the workers sharing this machine
         self._tracker = MlflowTracker(self.spec, start_system_metrics=False)
         best = self._previous_best()
         while True:

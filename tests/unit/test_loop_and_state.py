@@ -63,6 +63,8 @@ def test_gradient_accumulation_matches_one_big_batch():
     assert r1.grad_norm.item() == pytest.approx(r2.grad_norm.item(), rel=1e-5)
     for p1, p2 in zip(model.parameters(), model2.parameters(), strict=True):
         torch.testing.assert_close(p1, p2, rtol=1e-5, atol=1e-6)
+    # off log steps and without clipping, the norm is not computed at all
+    assert train_step(model2, small, opt2, sched2, prec, 1 / 64, None, measure_grad_norm=False).grad_norm is None
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
