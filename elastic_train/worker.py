@@ -126,7 +126,6 @@ class WorkerSession:
         self._build()
         restored = self._restore(checkpoint)
         self._begin_attempt(restored, checkpoint)
-        self.tracker.ready()  # its start-up (importing MLflow) overlapped ours; don't let it overlap training
 
     # ------------------------------------------------------------------------------ setup
     def _build(self) -> None:
@@ -175,7 +174,10 @@ class WorkerSession:
             rec.goodput if restored else None,
             rec.world_sizes,
         )
-        self.log_floor = max(self.args.log_floor, self.book.logged_step)
+        # Log only steps after the last one MLflow holds: recomputed steps are logged once, lost ones again.
+        # (Its child process imported MLflow meanwhile; without an answer, fall back to our own record.)
+        logged = self.tracker.ready()
+        self.log_floor = logged if logged is not None else max(self.args.log_floor, self.book.logged_step)
         where = self.device.type if self.device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads each"
         self.console.line(f"worker group of {self.world} ({where}): {self.plan}")
         if event["restart"]:

@@ -22,7 +22,9 @@ class TrackingSpec:
 class Tracker(Protocol):
     """What the training code may ask of experiment tracking."""
 
-    def ready(self, timeout_s: float = 60.0) -> bool: ...
+    def ready(self, timeout_s: float = 60.0) -> int | None:
+        """Wait until logging works; the highest train step the run already holds (-1 none, None unknown)."""
+        ...
 
     def log_params(self, params: dict[str, Any]) -> None: ...
 
@@ -40,8 +42,8 @@ class Tracker(Protocol):
 class NullTracker:
     """The tracker of every rank but 0 (and of runs with tracking off): accepts everything, does nothing."""
 
-    def ready(self, timeout_s: float = 60.0) -> bool:
-        return True
+    def ready(self, timeout_s: float = 60.0) -> int | None:
+        return -1
 
     def log_params(self, params: dict[str, Any]) -> None:
         pass

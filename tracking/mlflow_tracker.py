@@ -100,6 +100,16 @@ class MlflowTracker:
             self._idle.wait(min(0.2, max(0.0, deadline - time.monotonic())))
         return False
 
+    def discard_metrics(self) -> int:
+        """Drop the metrics not yet sent (a dead worker's: its restart recomputes and re-logs those steps)."""
+        with self._lock:
+            while not self._queue.empty():
+                self._pending.append(self._queue.get_nowait())
+            kept = deque(item for item in self._pending if item[0] != "metric")
+            dropped = len(self._pending) - len(kept)
+            self._pending = kept
+        return dropped
+
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush within ``timeout_s``; spool the rest to JSONL. Returns ``{sent, unsent, spool_path}``."""
         if self._system is not None:
@@ -144,9 +154,10 @@ class MlflowTracker:
                     continue
                 with self._lock:
                     self._pending.append(item)
-                # Let metrics accumulate into one request: per-step logging then costs one request a second,
-                # not one per step (each is milliseconds of CPU, stolen from training on small machines).
-                self._closed.wait(BATCH_WINDOW_S)
+                if item[0] == "metric":
+                    # Let metrics accumulate into one request: per-step logging then costs one request a second,
+                    # not one per step (each is milliseconds of CPU, stolen from training on small machines).
+                    self._closed.wait(BATCH_WINDOW_S)
                 continue
             try:
                 self._send_some()

@@ -147,11 +147,15 @@ def end_run(uri: str, run_id: str, status: str) -> None:
 
 
 def last_logged_step(uri: str, run_id: str, key: str = "train_loss") -> int:
-    """The highest step of ``key`` already in the run (so a resumed job keeps the step axis monotonic)."""
+    """The highest step of ``key`` already in the run: a restarted or resumed run logs only steps after it,
+    so the step axis stays monotonic and the steps lost with a dead process are logged again, once."""
     from mlflow.tracking import MlflowClient
 
-    history = MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)
-    return max((m.step for m in history), default=-1)
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    latest = [m.step for m in getattr(run.data, "_metric_objs", []) if m.key == key]  # MLflow keeps the max step
+    if latest:
+        return max(latest)
+    return max((m.step for m in MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)), default=-1)
 
 
 def environment_params() -> dict[str, str]:

@@ -6,7 +6,8 @@ step (measured: -25 % samples/s with per-step logging on a 2-core machine). :cla
 writes each call as one JSON line to a child process (``python -m tracking.sender``), which runs an ordinary
 :class:`~tracking.mlflow_tracker.MlflowTracker` (batching, retries, spool). Rank 0 of a worker group uses it.
 
-If the training process dies, the child reads end-of-file, flushes what it can within 10 s and spools the rest.
+If the training process dies, the child reads end-of-file: it drops the unsent metrics (the restarted run
+recomputes those steps and logs them after the last step MLflow holds) and sends the rest within 10 s.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from typing import Any
 
 from tracking.base import TrackingSpec
 
-READY = "ready"
-
 
 class ProcessTracker:
     """The Tracker interface, forwarded to a child process (see the module docstring)."""
@@ -37,6 +36,7 @@ class ProcessTracker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
         )
         self._ready = threading.Event()
+        self._last_step: int | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         # Pipe writes can block while the child starts (it imports mlflow): a writer thread absorbs that.
         self._writer = threading.Thread(target=self._write, name="mlflow-pipe", daemon=True)
@@ -57,13 +57,19 @@ class ProcessTracker:
         except BrokenPipeError:
             pass
 
-    def ready(self, timeout_s: float = 60.0) -> bool:
-        """Wait until the child has imported MLflow (seconds of CPU: better spent before the first step)."""
+    def ready(self, timeout_s: float = 60.0) -> int | None:
+        """Wait until the child has imported MLflow (seconds of CPU: better spent before the first step).
+
+        Returns the highest ``train_loss`` step the run already holds (-1: none), None if MLflow could not say.
+        """
         if not self._ready.is_set():
             line = self._proc.stdout.readline() if self._proc.stdout else ""
-            if line.strip() == READY:
-                self._ready.set()
-        return self._ready.is_set()
+            try:
+                self._last_step = json.loads(line).get("last_step")
+            except (json.JSONDecodeError, AttributeError):
+                self._last_step = None
+            self._ready.set()
+        return self._last_step
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._send("log_params", params)
@@ -101,10 +107,16 @@ class ProcessTracker:
 def _main() -> int:
     os.nice(10)  # a busy machine gives the training process the CPU first; metrics can wait a moment
     from tracking.mlflow_tracker import MlflowTracker
+    from tracking.runs import last_logged_step
 
-    tracker = MlflowTracker(TrackingSpec(**json.loads(sys.argv[1])))
+    spec = TrackingSpec(**json.loads(sys.argv[1]))
+    tracker = MlflowTracker(spec)
     tracker.connected.wait(60)
-    print(READY, flush=True)
+    try:
+        last: int | None = last_logged_step(spec.uri, spec.run_id)
+    except Exception:  # noqa: BLE001 - the server is away: the parent falls back to its own record
+        last = None
+    print(json.dumps({"ready": True, "last_step": last}), flush=True)
     for line in sys.stdin:
         cmd, args = json.loads(line)
         if cmd == "close":
@@ -115,7 +127,9 @@ def _main() -> int:
             tracker.log_metrics(metrics, step, timestamp_ms=ts)
         else:
             getattr(tracker, cmd)(*args)
-    # end of input without "close": the training process died; keep what we can
+    # End of input without "close": the training process died. Its unsent metrics are dropped: the restarted
+    # run recomputes those steps and logs them after the last step MLflow holds. Tags and params are kept.
+    tracker.discard_metrics()
     print(json.dumps(tracker.close(timeout_s=10)), flush=True)
     return 0
 
