@@ -6,14 +6,15 @@ STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 MLFLOW_PORT ?= 5000
 
-.PHONY: help install demo test test-fast lint bench mlflow-ui clean
+.PHONY: help install demo test test-fast lint bench bench-all mlflow-ui clean
 
 help:
 	@echo "make demo       train the default config (digits, 2 DDP workers) on an embedded local Ray"
 	@echo "make test       the whole test suite (unit, distributed, cluster, e2e)"
 	@echo "make test-fast  unit tests only"
 	@echo "make lint       ruff + hadolint"
-	@echo "make bench      CPU benchmarks (JSON on stdout)"
+	@echo "make bench      engine overhead vs plain PyTorch (JSON, ~2 min)"
+	@echo "make bench-all  + recovery (~3 min) and ASHA vs grid sweep cost (~12 min)"
 	@echo "make mlflow-ui  browse the embedded MLflow store on http://127.0.0.1:$(MLFLOW_PORT)"
 
 # The venv is rebuilt when the dependency files change. scripts/install.sh is the same recipe the
@@ -40,6 +41,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py
+
+bench-all: bench
+	$(PY) bench/recovery.py
+	$(PY) bench/sweep_cost.py
 
 mlflow-ui: $(STAMP)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT)

@@ -1,6 +1,6 @@
 """Engine overhead vs a plain PyTorch loop, measured in the same run. Prints JSON.
 
-    .venv/bin/python bench/overhead.py            # ~2 minutes on 2 cores
+    .venv/bin/python bench/overhead.py            # ~4 minutes on 2 cores
 
 Both train the same synthetic task (32768 x 256 inputs, 10 classes, MLP 1024-1024, global batch 256, SGD,
 3 epochs). The plain loop is what a user would write: a DataLoader over a TensorDataset, one process. The
@@ -93,10 +93,16 @@ def engine(epochs: int, samples: int, tracking: bool, home: Path) -> dict[str, f
             "time_to_first_step_s": s["time_to_first_step_s"]}
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median rate (the upper median for an even count)."""
+    return sorted(runs, key=lambda r: r["samples_per_second_median"])[len(runs) // 2]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--samples", type=int, default=32768)
+    p.add_argument("--repeats", type=int, default=2, help="engine runs per variant, interleaved with plain runs")
     args = p.parse_args()
     import ray
 
@@ -104,16 +110,16 @@ def main() -> None:
         home = Path(tmp)
         os.environ["ELASTIC_TRAIN_HOME"] = str(home)
         # Both sides run with the same Ray processes alive in the background (the plain loop does not use
-        # them), and the plain loop runs before, between and after the engine runs: a shared 2-core machine
-        # drifts by 10-20 % over a few minutes, and the median plain run is the reference.
+        # them), interleaved: a shared 2-core machine drifts by 10-20 % over a few minutes, so each variant
+        # is run more than once and its median run is compared.
         ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-        plain_runs = [plain_loop(args.epochs, args.samples)]
-        without = engine(args.epochs, args.samples, False, home)
-        plain_runs.append(plain_loop(args.epochs, args.samples))
-        with_tracking = engine(args.epochs, args.samples, True, home)
-        plain_runs.append(plain_loop(args.epochs, args.samples))
+        plain_runs, off_runs, on_runs = [plain_loop(args.epochs, args.samples)], [], []
+        for _ in range(args.repeats):
+            off_runs.append(engine(args.epochs, args.samples, False, home))
+            on_runs.append(engine(args.epochs, args.samples, True, home))
+            plain_runs.append(plain_loop(args.epochs, args.samples))
         ray.shutdown()
-        plain = sorted(plain_runs, key=lambda r: r["samples_per_second_median"])[1]
+    plain, without, with_tracking = (_median_run(r) for r in (plain_runs, off_runs, on_runs))
     med = "samples_per_second_median"
     out = {
         "benchmark": "overhead",
@@ -121,7 +127,9 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "statistic": "median of per-step samples/s after the first 10 steps (engine: per log window)",
         "plain_samples_per_second": round(plain[med], 1),
-        "plain_runs_samples_per_second": [round(r[med], 1) for r in plain_runs],
+        "runs_samples_per_second": {"plain": [round(r[med], 1) for r in plain_runs],
+                                    "engine": [round(r[med], 1) for r in on_runs],
+                                    "engine_no_tracking": [round(r[med], 1) for r in off_runs]},
         "engine_samples_per_second": round(with_tracking[med], 1),
         "engine_no_tracking_samples_per_second": round(without[med], 1),
         "ratio": round(with_tracking[med] / plain[med], 3),

@@ -110,7 +110,7 @@ class WorkerSession:
     """One worker's life between (re)start and finish."""
 
     def __init__(self, args: WorkerArgs, checkpoint: Checkpoint | None):
-        self.args, self.started = args, time.time()
+        self.args = args
         self.cfg = JobConfig.model_validate(args.config)
         if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
             _quiet_ray_train_logs()
@@ -174,10 +174,11 @@ class WorkerSession:
             rec.goodput if restored else None,
             rec.world_sizes,
         )
-        # Log only steps after the last one MLflow holds: recomputed steps are logged once, lost ones again.
-        # (Its child process imported MLflow meanwhile; without an answer, fall back to our own record.)
-        logged = self.tracker.ready()
-        self.log_floor = logged if logged is not None else max(self.args.log_floor, self.book.logged_step)
+        # Step metrics are logged only after the last step MLflow holds (recomputed steps once, lost ones again).
+        # The tracker learns it once its process has connected; until then metrics are held, not waited for.
+        self.log_floor: int | None = None
+        self._held: list[tuple[dict[str, Any], int, bool]] = []
+        self._fallback_floor = max(self.args.log_floor, self.book.logged_step)
         where = self.device.type if self.device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads each"
         self.console.line(f"worker group of {self.world} ({where}): {self.plan}")
         if event["restart"]:
@@ -264,9 +265,7 @@ class WorkerSession:
         stats = metric_math.interval_metrics(totals, wall, self.window.data_wait_s, self.bundle.spec, self.flops_per_sample, self.device, self.cfg)
         stats["lr"] = self.state.scheduler.get_last_lr()[0]
         stats["epoch"] = p.epoch + (p.step_in_epoch / self.data.steps_per_epoch)
-        if p.global_step > self.log_floor:
-            self.tracker.log_metrics(stats, step=p.global_step)
-            self.book.logged_step = p.global_step
+        self._log(stats, p.global_step)
         self.console.progress(
             int(totals["steps"]),
             f"epoch {self._epoch_label()}/{self.cfg.train.epochs} step {p.global_step} "
@@ -311,10 +310,8 @@ class WorkerSession:
         metrics.update({"epoch": p.epoch, "global_step": p.global_step, "samples_seen": p.samples_seen,
                         "world_size": self.world, "restarts": self.book.totals.restarts, "reason": reason})
         metrics.update(self.state.epoch_metrics(self.bundle.spec.tokens_per_sample))
-        if p.global_step > self.log_floor or final:
-            goodput = {f"goodput_{k}": v for k, v in self.book.totals.summary().items()}
-            self.tracker.log_metrics({**{k: v for k, v in metrics.items() if k.startswith("val_")}, **goodput},
-                                     step=p.global_step)
+        goodput = {f"goodput_{k}": v for k, v in self.book.totals.summary().items()}
+        self._log({**{k: v for k, v in metrics.items() if k.startswith("val_")}, **goodput}, p.global_step, final)
         self.console.close()
         self.console.line(
             f"epoch {self._epoch_label()}/{self.cfg.train.epochs} step {p.global_step}: "
@@ -342,6 +339,29 @@ class WorkerSession:
         self.window.reset()
         return metrics
 
+    def _log(self, metrics: dict[str, Any], step: int, always: bool = False) -> None:
+        """Log step metrics past the floor; hold them while the floor is unknown (the tracker still starting)."""
+        if self.log_floor is None:
+            if not self.tracker.answered:
+                self._held.append((metrics, step, always))
+                return
+            answer = self.tracker.ready(timeout_s=0)
+            self.log_floor = answer if answer is not None else self._fallback_floor
+            held, self._held = self._held, []
+            for m, s, a in held:
+                self._log(m, s, a)
+        if step > self.log_floor or always:
+            self.tracker.log_metrics(metrics, step=step)
+            self.book.logged_step = max(self.book.logged_step, step)
+
+    def _settle_log(self, timeout_s: float = 60.0) -> None:
+        """Before closing the tracker: wait for its answer once, so held metrics are not dropped."""
+        if self.log_floor is None:
+            self.tracker.ready(timeout_s)
+            if not self.tracker.answered:
+                self.log_floor = self._fallback_floor
+            self._log({}, -1)
+
     def _evaluate(self) -> dict[str, float]:
         batches = self.data.val_batches(self._eval_batch(), equal_counts=self.state.sharded)  # FSDP: lockstep
         totals = evaluate(self.model, batches, self.precision, self.device)
@@ -355,6 +375,7 @@ class WorkerSession:
 
     def _final_metrics(self) -> dict[str, Any]:
         sd = self.state.model_state_dict()  # collective for sharded models: every rank calls it
+        self._settle_log()
         unsent = self.tracker.close(timeout_s=60)
         self.tracker = tracker_for(None, self.rank)
         return {

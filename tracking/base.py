@@ -23,7 +23,13 @@ class Tracker(Protocol):
     """What the training code may ask of experiment tracking."""
 
     def ready(self, timeout_s: float = 60.0) -> int | None:
-        """Wait until logging works; the highest train step the run already holds (-1 none, None unknown)."""
+        """Wait up to ``timeout_s`` until logging works; the highest train step the run already holds
+        (-1: none; None: not known yet, or cannot be known)."""
+        ...
+
+    @property
+    def answered(self) -> bool:
+        """Whether ``ready`` has its final answer."""
         ...
 
     def log_params(self, params: dict[str, Any]) -> None: ...
@@ -44,6 +50,8 @@ class NullTracker:
 
     def ready(self, timeout_s: float = 60.0) -> int | None:
         return -1
+
+    answered = True
 
     def log_params(self, params: dict[str, Any]) -> None:
         pass

@@ -41,6 +41,15 @@ class ProcessTracker:
         # Pipe writes can block while the child starts (it imports mlflow): a writer thread absorbs that.
         self._writer = threading.Thread(target=self._write, name="mlflow-pipe", daemon=True)
         self._writer.start()
+        threading.Thread(target=self._await_ready, name="mlflow-ready", daemon=True).start()
+
+    def _await_ready(self) -> None:
+        line = self._proc.stdout.readline() if self._proc.stdout else ""
+        try:
+            self._last_step = json.loads(line).get("last_step")
+        except (json.JSONDecodeError, AttributeError):
+            self._last_step = None
+        self._ready.set()
 
     def _send(self, cmd: str, *args: Any) -> None:
         self._lines.put(json.dumps([cmd, args], default=str))
@@ -58,18 +67,17 @@ class ProcessTracker:
             pass
 
     def ready(self, timeout_s: float = 60.0) -> int | None:
-        """Wait until the child has imported MLflow (seconds of CPU: better spent before the first step).
+        """Wait up to ``timeout_s`` for the child to connect (0: just ask).
 
-        Returns the highest ``train_loss`` step the run already holds (-1: none), None if MLflow could not say.
+        Returns the highest ``train_loss`` step the run already holds (-1: none), or None while the child is
+        still starting or when MLflow could not say.
         """
-        if not self._ready.is_set():
-            line = self._proc.stdout.readline() if self._proc.stdout else ""
-            try:
-                self._last_step = json.loads(line).get("last_step")
-            except (json.JSONDecodeError, AttributeError):
-                self._last_step = None
-            self._ready.set()
-        return self._last_step
+        self._ready.wait(timeout_s)
+        return self._last_step if self._ready.is_set() else None
+
+    @property
+    def answered(self) -> bool:
+        return self._ready.is_set()
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._send("log_params", params)
