@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from elastic_train import metrics, text  # noqa: E402
 from elastic_train.batching import BatchPlan  # noqa: E402
 from elastic_train.data import WorkerData  # noqa: E402
-from elastic_train.loop import Precision, make_optimizer, make_scheduler, train_step  # noqa: E402
+from elastic_train.loop import Precision, loss_function, make_optimizer, make_scheduler, train_step  # noqa: E402
 from elastic_train.models import build_model  # noqa: E402
 from elastic_train.sharding import shard_model  # noqa: E402
 
@@ -56,8 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="tiny model on the CPU (seconds); no goals")
     p.add_argument("--steps", type=int, help="timed optimizer steps per run (default 30; smoke 8)")
     p.add_argument("--warmup", type=int, help="untimed steps first, compilation included (default 8; smoke 2)")
-    p.add_argument("--global-batch", type=int, help="sequences per optimizer step (default 32; smoke 16)")
-    p.add_argument("--micro-batch", type=int, help="sequences per forward pass (default 16; smoke 8)")
+    p.add_argument("--global-batch", type=int, help="sequences per optimizer step (default 64; smoke 16)")
+    p.add_argument("--micro-batch", type=int, help="sequences per forward pass (default 32; smoke 8)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (on by default, off in --smoke)")
     p.add_argument("--compile", action="store_true", help="torch.compile in --smoke too")
     p.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: built-in table)")
@@ -74,8 +74,8 @@ def bench_config(a: argparse.Namespace, device: torch.device) -> NS:
         dict(n_layer=12, n_head=12, d_model=768, seq_len=1024, vocab_size=50304)
     steps = a.steps or (8 if smoke else 30)
     warmup = a.warmup if a.warmup is not None else (2 if smoke else 8)
-    g = a.global_batch or (16 if smoke else 32)
-    micro = a.micro_batch or (8 if smoke else 16)
+    g = a.global_batch or (16 if smoke else 64)
+    micro = a.micro_batch or (8 if smoke else 32)
     compile_ = (a.compile or not smoke) and not a.no_compile
     peak = a.peak_tflops or (SMOKE_PEAK_TFLOPS if smoke else None)
     val_fraction = 0.05
@@ -146,6 +146,7 @@ def run_engine(cfg: NS, bundle: Any, device: torch.device, strategy: str) -> dic
         if strategy == "ddp":
             model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     precision = Precision.create(cfg.train.precision, device, sharded=strategy == "fsdp")
+    loss_fn = loss_function(cfg.train.compile)
     optimizer = make_optimizer(model, cfg.train)
     scheduler = make_scheduler(optimizer, cfg.train, cfg.steps + cfg.warmup)
     plan = BatchPlan(cfg.train.global_batch_size, 1, cfg.train.micro_batch_size)
@@ -160,7 +161,8 @@ def run_engine(cfg: NS, bundle: Any, device: torch.device, strategy: str) -> dic
         t0 = time.perf_counter()
         _, micro = next(steps)
         wait += time.perf_counter() - t0
-        window.add(train_step(model, micro, optimizer, scheduler, precision, plan.loss_scale, cfg.train.grad_clip))
+        window.add(train_step(model, micro, optimizer, scheduler, precision, plan.loss_scale, cfg.train.grad_clip,
+                              loss_fn=loss_fn))
         if (i + 1) % cfg.log_every == 0:  # the worker's log cadence: one small reduce + host sync
             totals, _ = window.reduce(0, {})
             metrics.interval_metrics(totals, window.elapsed(), wait, bundle.spec, flops, device, cfg)
@@ -181,6 +183,11 @@ def run_plain(cfg: NS, bundle: Any, device: torch.device) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     model = GPT(m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, m.dropout).to(device)
     step_model = torch.compile(model) if t.compile else model
+
+    def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
+
+    loss_of = torch.compile(cross_entropy) if t.compile else cross_entropy  # fused, as nanoGPT's in-model loss
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -204,7 +211,7 @@ def run_plain(cfg: NS, bundle: Any, device: torch.device) -> dict[str, Any]:
             x, y = x_all[idx], y_all[idx]
             with autocast:
                 logits = step_model(x)
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
+            loss = loss_of(logits, y)
             (loss / accum).backward()
             loss_sum += loss.detach() / accum
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)

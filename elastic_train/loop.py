@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -112,6 +112,19 @@ def loss_and_correct(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tenso
     return loss, (logits.argmax(-1) == y).sum()
 
 
+LossFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def loss_function(compile: bool) -> LossFn:
+    """The step's loss, compiled alongside the model when ``train.compile`` is on.
+
+    Unfused, the fp32 cast, log-softmax, NLL, their backward and the argmax each stream the whole logits tensor
+    through memory: on a 50k-token vocabulary that is ~20 % of a GPT-2-small step on an H200. Compiled, they fuse
+    into a few kernels.
+    """
+    return torch.compile(loss_and_correct) if compile else loss_and_correct
+
+
 @contextlib.contextmanager
 def gradient_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
     """Let this backward all-reduce gradients (``enabled``) or keep them local (DDP no_sync / FSDP2)."""
@@ -161,10 +174,12 @@ def train_step(
     loss_scale: float,
     grad_clip: float | None,
     measure_grad_norm: bool = True,
+    loss_fn: LossFn = loss_and_correct,
 ) -> StepResult:
     """One optimizer step over this worker's micro-batches of the current global batch.
 
     The global gradient norm is computed when clipping needs it or ``measure_grad_norm`` asks (log steps).
+    ``loss_fn`` is :func:`loss_and_correct` or its compiled form (:func:`loss_function`).
     """
     model.train()
     loss_sum = torch.zeros((), device=micro_batches[-1][0].device)
@@ -175,7 +190,7 @@ def train_step(
         with gradient_sync(model, enabled=i == last):
             with precision.autocast():
                 logits = model(x)
-            loss, ok = loss_and_correct(logits, y)
+            loss, ok = loss_fn(logits, y)
             scaled = loss * loss_scale
             if precision.scaler is not None:
                 scaled = precision.scaler.scale(scaled)

@@ -28,7 +28,7 @@ from elastic_train.batching import BatchPlan
 from elastic_train.config import JobConfig
 from elastic_train.data import WorkerData, build_data
 from elastic_train.goodput import GoodputBook
-from elastic_train.loop import Precision, evaluate, make_optimizer, make_scheduler, train_step
+from elastic_train.loop import Precision, evaluate, loss_function, make_optimizer, make_scheduler, train_step
 from elastic_train.models import build_model
 from elastic_train.state import TrainState, checkpoint_dir_name, params_sha256, seed_everything
 from tracking import Tracker, TrackingSpec, tracker_for
@@ -138,6 +138,7 @@ class WorkerSession:
         model = build_model(cfg, self.bundle.spec)
         if cfg.train.compile:
             model.compile()  # in place: state_dict keys stay clean
+        self.loss_fn = loss_function(cfg.train.compile)
         if cfg.scaling.strategy == "fsdp":
             from elastic_train.sharding import shard_model
 
@@ -219,6 +220,7 @@ class WorkerSession:
                     self.model, micro, self.state.optimizer, self.state.scheduler, self.precision,
                     self.plan.loss_scale, cfg.train.grad_clip,
                     measure_grad_norm=self._sync_point(p.global_step + 1, (p.step_in_epoch + 1) % self.data.steps_per_epoch),
+                    loss_fn=self.loss_fn,
                 )
                 p.advance(cfg.train.global_batch_size, self.data.steps_per_epoch)
                 self.window.add(result)

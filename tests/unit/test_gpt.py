@@ -19,7 +19,14 @@ from elastic_train.batching import BatchPlan
 from elastic_train.config import ConfigError, load
 from elastic_train.data import DataSpec, WorkerData, build_data
 from elastic_train.gpt import GPT, build_gpt
-from elastic_train.loop import Precision, StepResult, make_optimizer, make_scheduler, train_step
+from elastic_train.loop import (
+    Precision,
+    StepResult,
+    loss_function,
+    make_optimizer,
+    make_scheduler,
+    train_step,
+)
 from elastic_train.models import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +66,7 @@ def run_steps(cfg, steps: int, warmup: int = 0) -> tuple[list[float], float]:
     opt = make_optimizer(model, cfg.train)
     sched = make_scheduler(opt, cfg.train, steps)
     precision = Precision.create(cfg.train.precision, device)
+    loss_fn = loss_function(cfg.train.compile)
     losses: list[float] = []
     wait, start = 0.0, time.perf_counter()
     while len(losses) < steps:
@@ -71,7 +79,7 @@ def run_steps(cfg, steps: int, warmup: int = 0) -> tuple[list[float], float]:
             wait += time.perf_counter() - t0
             if item is None:
                 break
-            r = train_step(model, item[1], opt, sched, precision, plan.loss_scale, cfg.train.grad_clip)
+            r = train_step(model, item[1], opt, sched, precision, plan.loss_scale, cfg.train.grad_clip, loss_fn=loss_fn)
             losses.append(r.loss_sum.item() / r.samples)
     return losses, wait / (time.perf_counter() - start)
 
