@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,12 +221,19 @@ def fit(launch: Launch, report: Any, spec: Any, fault: str | None = None, callba
     )
     result = error = None
     status = "FINISHED"
+    # Ray Train's fit() installs a SIGINT handler holding the controller's handle and leaves it installed:
+    # an in-process caller (a notebook, a test session) would keep that controller, and through it the
+    # ledger, alive until the next fit. Put the caller's handler back.
+    sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
     try:
         result = trainer.fit()
     except KeyboardInterrupt as e:
         error, status = e, "KILLED"
     except Exception as e:  # noqa: BLE001 - TrainingFailedError and friends: report, don't crash
         error, status = e, "FAILED"
+    finally:
+        if sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
     if result is not None and getattr(result, "error", None) is not None:
         error, status = result.error, "FAILED"
     book = None
@@ -232,6 +241,7 @@ def fit(launch: Launch, report: Any, spec: Any, fault: str | None = None, callba
         book = ray.get(ledger.get.remote(), timeout=10)
     except Exception:  # noqa: BLE001 - the ledger is accounting only
         pass
+    ray.kill(ledger)  # done: nothing else may hold it (the controller's copy of the handle is a borrow)
     return Outcome(result, error, book, status)
 
 
