@@ -176,10 +176,7 @@ class WorkerSession:
             rec.world_sizes,
         )
         # Step metrics are logged only after the last step MLflow holds (recomputed steps once, lost ones again).
-        # The tracker learns it once its process has connected; until then metrics are held, not waited for.
-        self.log_floor: int | None = None
-        self._held: list[tuple[dict[str, Any], int, bool]] = []
-        self._fallback_floor = max(self.args.log_floor, self.book.logged_step)
+        self.tracker.skip_logged_steps(max(self.args.log_floor, self.book.logged_step))
         where = self.device.type if self.device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads each"
         self.console.line(f"worker group of {self.world} ({where}): {self.plan}")
         if event["restart"]:
@@ -342,27 +339,9 @@ class WorkerSession:
         return metrics
 
     def _log(self, metrics: dict[str, Any], step: int, always: bool = False) -> None:
-        """Log step metrics past the floor; hold them while the floor is unknown (the tracker still starting)."""
-        if self.log_floor is None:
-            if not self.tracker.answered:
-                self._held.append((metrics, step, always))
-                return
-            answer = self.tracker.ready(timeout_s=0)
-            self.log_floor = answer if answer is not None else self._fallback_floor
-            held, self._held = self._held, []
-            for m, s, a in held:
-                self._log(m, s, a)
-        if step > self.log_floor or always:
-            self.tracker.log_metrics(metrics, step=step)
-            self.book.logged_step = max(self.book.logged_step, step)
-
-    def _settle_log(self, timeout_s: float = 60.0) -> None:
-        """Before closing the tracker: wait for its answer once, so held metrics are not dropped."""
-        if self.log_floor is None:
-            self.tracker.ready(timeout_s)
-            if not self.tracker.answered:
-                self.log_floor = self._fallback_floor
-            self._log({}, -1)
+        """Log step metrics; unless ``always``, the tracker skips steps the run already holds."""
+        self.tracker.log_metrics(metrics, step=step, unless_logged=not always)
+        self.book.logged_step = max(self.book.logged_step, step)
 
     def _evaluate(self) -> dict[str, float]:
         batches = self.data.val_batches(self._eval_batch(), equal_counts=self.state.sharded)  # FSDP: lockstep
@@ -377,7 +356,6 @@ class WorkerSession:
 
     def _final_metrics(self) -> dict[str, Any]:
         sd = self.state.model_state_dict()  # collective for sharded models: every rank calls it
-        self._settle_log()
         unsent = self.tracker.close(timeout_s=60)
         self.tracker = tracker_for(None, self.rank)
         return {

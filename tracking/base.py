@@ -22,19 +22,15 @@ class TrackingSpec:
 class Tracker(Protocol):
     """What the training code may ask of experiment tracking."""
 
-    def ready(self, timeout_s: float = 60.0) -> int | None:
-        """Wait up to ``timeout_s`` until logging works; the highest train step the run already holds
-        (-1: none; None: not known yet, or cannot be known)."""
-        ...
-
-    @property
-    def answered(self) -> bool:
-        """Whether ``ready`` has its final answer."""
+    def skip_logged_steps(self, fallback: int) -> None:
+        """From now on drop metrics logged ``unless_logged`` at steps the run already holds: a restarted run
+        recomputes steps its previous attempt logged. The run's last step is asked of MLflow (the highest
+        ``train_loss`` step); ``fallback`` (the highest step handed to tracking before) when it cannot say."""
         ...
 
     def log_params(self, params: dict[str, Any]) -> None: ...
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_metrics(self, metrics: dict[str, float], step: int, *, unless_logged: bool = False) -> None: ...
 
     def set_tags(self, tags: dict[str, Any]) -> None: ...
 
@@ -48,15 +44,13 @@ class Tracker(Protocol):
 class NullTracker:
     """The tracker of every rank but 0 (and of runs with tracking off): accepts everything, does nothing."""
 
-    def ready(self, timeout_s: float = 60.0) -> int | None:
-        return -1
-
-    answered = True
+    def skip_logged_steps(self, fallback: int) -> None:
+        pass
 
     def log_params(self, params: dict[str, Any]) -> None:
         pass
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int, *, unless_logged: bool = False) -> None:
         pass
 
     def set_tags(self, tags: dict[str, Any]) -> None:

@@ -50,6 +50,7 @@ class MlflowTracker:
             os.environ.setdefault(k, v)
         quiet_client_retries()
         self.spec = spec
+        self._floor = -1  # metrics logged unless_logged at steps <= this are dropped (skip_logged_steps)
         self.client: Any = None  # created by the sender thread: importing mlflow takes seconds
         self._system_wanted = start_system_metrics if start_system_metrics is not None else spec.system_metrics
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -69,7 +70,18 @@ class MlflowTracker:
         for k, v in params.items():
             self._queue.put(("param", (str(k), _param_value(v))))
 
-    def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
+    def skip_logged_steps(self, fallback: int) -> None:
+        from tracking.runs import last_logged_step
+
+        try:
+            self._floor = last_logged_step(self.spec.uri, self.spec.run_id)
+        except Exception:  # noqa: BLE001 - the server is away: the caller's own record stands in
+            self._floor = fallback
+
+    def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None, *,
+                    unless_logged: bool = False) -> None:
+        if unless_logged and step <= self._floor:
+            return
         ts = timestamp_ms or int(time.time() * 1000)
         for k, v in metrics.items():
             if isinstance(v, int | float) and not isinstance(v, bool) and v == v:  # numbers, not NaN
@@ -99,16 +111,6 @@ class MlflowTracker:
             self._idle.clear()
             self._idle.wait(min(0.2, max(0.0, deadline - time.monotonic())))
         return False
-
-    def discard_metrics(self) -> int:
-        """Drop the metrics not yet sent (a dead worker's: its restart recomputes and re-logs those steps)."""
-        with self._lock:
-            while not self._queue.empty():
-                self._pending.append(self._queue.get_nowait())
-            kept = deque(item for item in self._pending if item[0] != "metric")
-            dropped = len(self._pending) - len(kept)
-            self._pending = kept
-        return dropped
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush within ``timeout_s``; spool the rest to JSONL. Returns ``{sent, unsent, spool_path}``."""

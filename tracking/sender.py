@@ -5,9 +5,14 @@ Python per batch; run in a background *thread* of the training process they hold
 step (measured: -25 % samples/s with per-step logging on a 2-core machine). :class:`ProcessTracker` instead
 writes each call as one JSON line to a child process (``python -m tracking.sender``), which runs an ordinary
 :class:`~tracking.mlflow_tracker.MlflowTracker` (batching, retries, spool). Rank 0 of a worker group uses it.
+The training process never waits for it: every call is a pipe write, and the child itself skips the steps a
+restarted run recomputes (``skip_logged_steps``) once it has asked MLflow for the run's last step.
 
-If the training process dies, the child reads end-of-file: it drops the unsent metrics (the restarted run
-recomputes those steps and logs them after the last step MLflow holds) and sends the rest within 10 s.
+The child leaves the worker's process tree at start (fork, new session): Ray kills a worker's child processes
+when the worker exits, and a trial that ASHA stops, or a worker that loses its node's peer, exits at once —
+the tags, params and metrics still queued would die with it. If the training process dies, the child reads
+end-of-file and sends what it holds within 10 s (the rest is spooled); a restarted run, which starts seconds
+later, logs only the steps after the last one MLflow then holds, so each step appears once.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -35,21 +41,27 @@ class ProcessTracker:
             [sys.executable, "-m", "tracking.sender", json.dumps(asdict(spec))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
         )
-        self._ready = threading.Event()
-        self._last_step: int | None = None
+        self._pid: int | None = None  # the detached sender's (the Popen'd process exits once it has forked)
+        self._done = threading.Event()
+        self._result: dict[str, Any] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         # Pipe writes can block while the child starts (it imports mlflow): a writer thread absorbs that.
         self._writer = threading.Thread(target=self._write, name="mlflow-pipe", daemon=True)
         self._writer.start()
-        threading.Thread(target=self._await_ready, name="mlflow-ready", daemon=True).start()
+        threading.Thread(target=self._read, name="mlflow-answers", daemon=True).start()
 
-    def _await_ready(self) -> None:
-        line = self._proc.stdout.readline() if self._proc.stdout else ""
-        try:
-            self._last_step = json.loads(line).get("last_step")
-        except (json.JSONDecodeError, AttributeError):
-            self._last_step = None
-        self._ready.set()
+    def _read(self) -> None:
+        """The child's answers, one JSON object a line: its pid, then close's result."""
+        for line in self._proc.stdout or ():
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "pid" in msg:
+                self._pid = msg["pid"]
+            else:
+                self._result = msg
+        self._done.set()  # end of file: the child is gone
 
     def _send(self, cmd: str, *args: Any) -> None:
         self._lines.put(json.dumps([cmd, args], default=str))
@@ -66,25 +78,15 @@ class ProcessTracker:
         except BrokenPipeError:
             pass
 
-    def ready(self, timeout_s: float = 60.0) -> int | None:
-        """Wait up to ``timeout_s`` for the child to connect (0: just ask).
-
-        Returns the highest ``train_loss`` step the run already holds (-1: none), or None while the child is
-        still starting or when MLflow could not say.
-        """
-        self._ready.wait(timeout_s)
-        return self._last_step if self._ready.is_set() else None
-
-    @property
-    def answered(self) -> bool:
-        return self._ready.is_set()
+    def skip_logged_steps(self, fallback: int) -> None:
+        self._send("skip_logged_steps", int(fallback))
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._send("log_params", params)
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int, *, unless_logged: bool = False) -> None:
         numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        self._send("log_metrics", numbers, int(step), int(time.time() * 1000))
+        self._send("log_metrics", numbers, int(step), int(time.time() * 1000), unless_logged)
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._send("set_tags", {k: str(v) for k, v in tags.items()})
@@ -100,45 +102,54 @@ class ProcessTracker:
         self._send("close", timeout_s)
         self._lines.put(None)
         self._writer.join(timeout=timeout_s)
-        try:
-            self._proc.wait(timeout=timeout_s + 30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        out = self._proc.stdout.read() if self._proc.stdout else ""
-        for line in reversed((out or "").splitlines()):
-            if line.startswith("{"):
-                return json.loads(line)
-        return {"sent": 0, "unsent": -1, "spool_path": None, "error": f"sender exited with {self._proc.returncode}"}
+        if not self._done.wait(timeout_s + 30) and self._pid:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._proc.wait()  # the intermediate process, long gone
+        return self._result or {"sent": 0, "unsent": -1, "spool_path": None, "error": "the sender did not answer"}
+
+
+def _detach() -> None:
+    """Leave the worker's process tree: fork, let the parent exit at once, start a new session."""
+    if hasattr(os, "fork"):
+        if os.fork() > 0:
+            os._exit(0)
+        os.setsid()
+    _answer({"pid": os.getpid()})
+
+
+def _answer(msg: dict[str, Any]) -> None:
+    """One line to the training process, which may be gone (a stopped trial): then nobody is listening."""
+    try:
+        print(json.dumps(msg), flush=True)
+    except (BrokenPipeError, ValueError, OSError):
+        pass
 
 
 def _main() -> int:
-    os.nice(10)  # a busy machine gives the training process the CPU first; metrics can wait a moment
+    _detach()
     from tracking.mlflow_tracker import MlflowTracker
-    from tracking.runs import last_logged_step
 
-    spec = TrackingSpec(**json.loads(sys.argv[1]))
-    tracker = MlflowTracker(spec)
+    tracker = MlflowTracker(TrackingSpec(**json.loads(sys.argv[1])))
     tracker.connected.wait(60)
-    try:
-        last: int | None = last_logged_step(spec.uri, spec.run_id)
-    except Exception:  # noqa: BLE001 - the server is away: the parent falls back to its own record
-        last = None
-    print(json.dumps({"ready": True, "last_step": last}), flush=True)
+    # Started at the worker's priority (a niced import of mlflow can take a minute on a saturated machine, and
+    # a short trial may be over by then); from here a busy machine gives the training process the CPU first.
+    os.nice(10)
     for line in sys.stdin:
         cmd, args = json.loads(line)
         if cmd == "close":
-            print(json.dumps(tracker.close(*args)), flush=True)
+            _answer(tracker.close(*args))
             return 0
         if cmd == "log_metrics":
-            metrics, step, ts = args
-            tracker.log_metrics(metrics, step, timestamp_ms=ts)
+            metrics, step, ts, unless_logged = args
+            tracker.log_metrics(metrics, step, timestamp_ms=ts, unless_logged=unless_logged)
         else:
             getattr(tracker, cmd)(*args)
-    # End of input without "close": the training process died. Its unsent metrics are dropped: the restarted
-    # run recomputes those steps and logs them after the last step MLflow holds. Tags and params are kept.
-    tracker.discard_metrics()
-    print(json.dumps(tracker.close(timeout_s=10)), flush=True)
+    # End of input without "close": the training process died (a crash, or a trial stopped early). Send what
+    # it logged: a restart, seconds later, skips the steps MLflow then holds.
+    _answer(tracker.close(timeout_s=10))
     return 0
 
 

@@ -98,7 +98,11 @@ def test_every_trial_ran_the_real_multi_worker_trainer(asha):
         assert meta["metrics"]["world_size"] == 2 and meta["config"]["train"]["lr"] == t["config"]["train.lr"]
         assert meta["config"]["train"]["global_batch_size"] == t["config"]["train.global_batch_size"]
     kids = children(summary)
-    assert {k.data.tags["world_size"] for k in kids} == {"2"}
+    # Rank 0's own tags and metrics reached MLflow for every trial, the ones ASHA stopped (their workers were
+    # killed right after their last report) included.
+    missing = [k.data.tags["elastic_train.run_name"] for k in kids
+               if k.data.tags.get("world_size") != "2" or "val_loss" not in k.data.metrics]
+    assert len(kids) == 6 and not missing
     # The injected crash hit one trial, which recovered within its own failure budget and went on.
     assert marker.exists()
     assert [k.data.metrics.get("restarts") for k in kids if k.data.metrics.get("restarts")] == [1.0]
