@@ -11,8 +11,8 @@ restarted run recomputes (``skip_logged_steps``) once it has asked MLflow for th
 The child leaves the worker's process tree at start (fork, new session): Ray kills a worker's child processes
 when the worker exits, and a trial that ASHA stops, or a worker that loses its node's peer, exits at once —
 the tags, params and metrics still queued would die with it. If the training process dies, the child reads
-end-of-file and sends what it holds within 10 s (the rest is spooled); a restarted run, which starts seconds
-later, logs only the steps after the last one MLflow then holds, so each step appears once.
+end-of-file and sends what it holds (spooling what it cannot send within 2 minutes); a restarted run logs only
+the steps after the last one MLflow holds when it asks, so each step appears once.
 """
 
 from __future__ import annotations
@@ -130,13 +130,13 @@ def _answer(msg: dict[str, Any]) -> None:
 
 def _main() -> int:
     _detach()
+    # A busy machine gives the training process the CPU first; metrics can wait. (Measured: started at the
+    # worker's priority, importing mlflow costs a short CPU run ~7 % of its samples/s.)
+    os.nice(10)
     from tracking.mlflow_tracker import MlflowTracker
 
     tracker = MlflowTracker(TrackingSpec(**json.loads(sys.argv[1])))
     tracker.connected.wait(60)
-    # Started at the worker's priority (a niced import of mlflow can take a minute on a saturated machine, and
-    # a short trial may be over by then); from here a busy machine gives the training process the CPU first.
-    os.nice(10)
     for line in sys.stdin:
         cmd, args = json.loads(line)
         if cmd == "close":
@@ -148,8 +148,9 @@ def _main() -> int:
         else:
             getattr(tracker, cmd)(*args)
     # End of input without "close": the training process died (a crash, or a trial stopped early). Send what
-    # it logged: a restart, seconds later, skips the steps MLflow then holds.
-    _answer(tracker.close(timeout_s=10))
+    # it logged (nobody waits for this process now; the rest is spooled after 2 minutes): a restart skips the
+    # steps MLflow holds by the time it asks.
+    _answer(tracker.close(timeout_s=120))
     return 0
 
 
