@@ -130,8 +130,8 @@ def _answer(msg: dict[str, Any]) -> None:
 
 def _main() -> int:
     _detach()
-    # A busy machine gives the training process the CPU first; metrics can wait. (Measured: started at the
-    # worker's priority, importing mlflow costs a short CPU run ~7 % of its samples/s.)
+    # A busy machine gives the training process the CPU first; metrics can wait (a stopped trial's too: this
+    # process outlives it). Importing mlflow alone is seconds of CPU, a visible share of a short run.
     os.nice(10)
     from tracking.mlflow_tracker import MlflowTracker
 
