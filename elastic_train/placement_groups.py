@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -30,23 +31,26 @@ log = logging.getLogger(__name__)
 LIVE_STATES = ("PENDING", "PREPARED", "CREATED", "RESCHEDULING")
 
 
-def orphaned_placement_groups(job_id: str | None = None) -> list[str]:
-    """Hex ids of the live, non-detached placement groups of ``job_id`` (default: ours) whose creator actor died."""
+def _live_actor_created_groups(job_id: str | None) -> Iterator[Any]:
+    """GCS records of ``job_id``'s (default: ours) live placement groups that an actor created (Train runs' worker
+    groups; Tune's trial groups are created by the driver)."""
     from ray._private.state import state
     from ray._raylet import ActorID
     from ray.core.generated import gcs_pb2
 
     job_id = job_id or ray.get_runtime_context().get_job_id()
-    orphans = []
     for raw in state._connect_and_get_accessor().get_placement_group_table():
         pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
         state_name = gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state)
-        if state_name not in LIVE_STATES or pg.is_detached or pg.creator_job_id.hex() != job_id:
-            continue
-        if not pg.creator_actor_id or ActorID(pg.creator_actor_id).is_nil() or not pg.creator_actor_dead:
-            continue  # created by a driver (Tune's trial groups), or its creator lives
-        orphans.append(pg.placement_group_id.hex())
-    return orphans
+        if state_name in LIVE_STATES and pg.creator_job_id.hex() == job_id and pg.creator_actor_id \
+                and not ActorID(pg.creator_actor_id).is_nil():
+            yield pg
+
+
+def orphaned_placement_groups(job_id: str | None = None) -> list[str]:
+    """Hex ids of the live, non-detached, actor-created placement groups of ``job_id`` whose creator died."""
+    return [pg.placement_group_id.hex() for pg in _live_actor_created_groups(job_id)
+            if not pg.is_detached and pg.creator_actor_dead]
 
 
 def remove_orphaned_placement_groups(job_id: str | None = None) -> list[str]:
@@ -81,19 +85,7 @@ def settle(timeout_s: float = 15.0) -> None:
 
 def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
     """Hex ids of this job's live placement groups that an actor created (Train runs' worker groups)."""
-    from ray._private.state import state
-    from ray._raylet import ActorID
-    from ray.core.generated import gcs_pb2
-
-    job_id = job_id or ray.get_runtime_context().get_job_id()
-    live = []
-    for raw in state._connect_and_get_accessor().get_placement_group_table():
-        pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
-        state_name = gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state)
-        if state_name in LIVE_STATES and pg.creator_job_id.hex() == job_id and pg.creator_actor_id \
-                and not ActorID(pg.creator_actor_id).is_nil():
-            live.append(pg.placement_group_id.hex())
-    return live
+    return [pg.placement_group_id.hex() for pg in _live_actor_created_groups(job_id)]
 
 
 def stranded_cleaners(job_id: str | None = None) -> list[dict[str, Any]]:
