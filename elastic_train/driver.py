@@ -1,8 +1,7 @@
 """The driver's side of a run, in the order ``jobs.train`` calls it.
 
     launch = plan_launch(config_path, overrides, resume)    # config, run name, storage; no Ray yet
-    connect_ray()                                            # RAY_ADDRESS, a local head, or embedded
-    report = run_preflight(launch)                           # data/model built, resources, storage
+    report = prepare(launch, address)                        # data/model built once, Ray connected, resources, storage
     spec = start_tracking(launch, report)                    # the one MLflow run (created or found)
     outcome = fit(launch, report, spec)                      # build_trainer(...).fit()
     summary = summarize(launch, outcome, spec)               # the summary JSON
@@ -124,10 +123,16 @@ def connect_ray(address: str | None = None) -> str:
 # ---------------------------------------------------------------------------------------- preflight
 
 
-def run_preflight(launch: Launch) -> Any:
+def prepare(launch: Launch, address: str | None = None) -> Any:
+    """Fail before acquiring anything, then connect and check the cluster; returns the preflight report.
+
+    The data and the model are built once, on the driver, before Ray starts (a mistake is a ConfigError naming
+    the field: exit 2, no cluster touched); the report carries the data bundle for the driver to reuse.
+    """
     from elastic_train.preflight import check_cluster, check_static
 
     bundle, n_params = check_static(launch.cfg)
+    print(f"ray: {connect_ray(address)}")
     report = check_cluster(launch.cfg, launch.storage_path, bundle, n_params)
     report.bundle = bundle  # the driver reuses it for the model's input example
     return report

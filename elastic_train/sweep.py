@@ -1,7 +1,7 @@
 """Ray Tune sweeps: every trial is the elastic multi-worker run ``jobs.train`` makes (DESIGN invariant 6).
 
     plan = plan_sweep(config_path, overrides, resume)     # config, space and name checked; no Ray yet
-    report = driver.run_preflight(plan.launch)             # the base run's preflight (data, model, storage)
+    report = driver.prepare(plan.launch, address)          # the base run's preflight (data, model, Ray, storage)
     limit = check_concurrency(plan.cfg, report)            # trials that fit at once; exit 2 if none can
     parent = start_parent(plan, report)                    # the sweep's MLflow parent run (created or found)
     grid, reaper = run_tuner(plan, report, parent, limit)  # Tuner(...).fit() or Tuner.restore(...).fit()

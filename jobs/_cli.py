@@ -27,6 +27,7 @@ def common_parser(description: str, epilog: str = "") -> ArgumentParser:
     p = ArgumentParser(description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", help="YAML config (defaults < FILE < overrides)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="dotted overrides, values parsed as YAML")
+    p.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, a local head, or embedded)")
     return p
 
 

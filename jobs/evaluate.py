@@ -27,7 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder, or a run folder (latest checkpoint)")
     source.add_argument("--model", metavar="URI", help="an MLflow model: models:/NAME/VERSION or runs:/RUN_ID/model")
     parser.add_argument("--summary-json", metavar="PATH", help="write the metrics here")
-    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, a local head, or embedded)")
     args = parser.parse_args(argv)
     return guarded(lambda: _evaluate(args))
 
@@ -35,7 +34,6 @@ def main(argv: list[str] | None = None) -> int:
 def _evaluate(args) -> int:
     from elastic_train import config, driver
     from elastic_train.evaluation import load_source, run_evaluation
-    from elastic_train.preflight import check_static
     from elastic_train.storage import resolve_home
     from tracking.runs import resolve_uri
 
@@ -51,10 +49,9 @@ def _evaluate(args) -> int:
     tree["name"] = f"{source_name}-eval-{time.strftime('%Y%m%d-%H%M%S')}"
     launch = driver.Launch(config.validate(tree), tree["name"], resolve_home(), "", False, args.config)
     launch.storage_path = driver.resolve_storage(launch.cfg, launch.home)
-    bundle, _ = check_static(launch.cfg)
+    report = driver.prepare(launch, args.address)
+    bundle = report.bundle
     print(f"evaluating {info['source']} ({len(bundle.val)} validation samples)")
-    print(f"ray: {driver.connect_ray(args.address)}")
-    report = driver.run_preflight(launch)
     spec = driver.start_tracking(launch, report, kind="evaluate")
     metrics = run_evaluation(launch.cfg, model, run_name=launch.run_name, storage_path=launch.storage_path,
                              use_gpu=report.use_gpu, bundle=bundle)

@@ -20,19 +20,15 @@ from jobs._cli import EXIT_OK, common_parser, guarded, write_json
 def main(argv: list[str] | None = None) -> int:
     parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON here")
-    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, a local head, or embedded)")
     args = parser.parse_args(argv)
     return guarded(lambda: _preflight(args))
 
 
 def _preflight(args) -> int:
     from elastic_train import driver
-    from elastic_train.preflight import check_static
 
     launch = driver.plan_launch(args.config, args.overrides)
-    check_static(launch.cfg)  # bad data/model names fail here, before Ray starts
-    print(f"ray: {driver.connect_ray(args.address)}")
-    report = driver.run_preflight(launch)
+    report = driver.prepare(launch, args.address)
     print(report.render())
     write_json(args.json, report.to_dict())
     return EXIT_OK

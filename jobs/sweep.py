@@ -26,7 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--summary-json", metavar="PATH", help="write the sweep summary here")
     parser.add_argument("--resume", metavar="NAME", help="continue the sweep NAME (Tuner.restore)")
-    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, a local head, or embedded)")
     args = parser.parse_args(argv)
     return guarded(lambda: _sweep(args))
 
@@ -36,11 +35,7 @@ def _sweep(args) -> int:
 
     plan = sweep.plan_sweep(args.config, args.overrides, args.resume)
     print(f"sweep {plan.name}{' (resuming)' if plan.restoring else ''}: storage {plan.sweep_dir}")
-    from elastic_train.preflight import check_static
-
-    check_static(plan.cfg)  # bad data/model names fail here, before Ray starts
-    print(f"ray: {driver.connect_ray(args.address)}")
-    report = driver.run_preflight(plan.launch)
+    report = driver.prepare(plan.launch, args.address)
     limit = sweep.check_concurrency(plan.cfg, report)
     print(report.render())
     print(f"  trials at once: {limit if limit else 'no limit (autoscaling)'}")

@@ -22,7 +22,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
     parser.add_argument("--resume", metavar="NAME", help="resume the run NAME from its latest checkpoint")
-    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, a local head, or embedded)")
     args = parser.parse_args(argv)
     return guarded(lambda: _train(args))
 
@@ -32,11 +31,7 @@ def _train(args) -> int:
 
     launch = driver.plan_launch(args.config, args.overrides, args.resume)
     print(f"run {launch.run_name}{' (resuming)' if launch.resuming else ''}: storage {launch.storage_path}")
-    from elastic_train.preflight import check_static
-
-    check_static(launch.cfg)  # bad data/model names fail here, before Ray starts
-    print(f"ray: {driver.connect_ray(args.address)}")
-    report = driver.run_preflight(launch)
+    report = driver.prepare(launch, args.address)
     print(report.render())
     spec = driver.start_tracking(launch, report)
     outcome = driver.fit(launch, report, spec, fault=os.environ.get("ELASTIC_TRAIN_FAULT"))
