@@ -38,12 +38,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elastic_train import metrics, text  # noqa: E402
-from elastic_train.batching import BatchPlan  # noqa: E402
-from elastic_train.data import WorkerData  # noqa: E402
-from elastic_train.loop import Precision, loss_function, make_optimizer, make_scheduler, train_step  # noqa: E402
+from elastic_train.data import text  # noqa: E402
+from elastic_train.data.batching import BatchPlan  # noqa: E402
+from elastic_train.data.loader import WorkerData  # noqa: E402
 from elastic_train.models import build_model  # noqa: E402
-from elastic_train.sharding import shard_model  # noqa: E402
+from elastic_train.train import metrics  # noqa: E402
+from elastic_train.train.fsdp import shard_model  # noqa: E402
+from elastic_train.train.loop import Precision, loss_function, make_optimizer, make_scheduler, train_step  # noqa: E402
 
 SMOKE_PEAK_TFLOPS = 0.5  # a nominal CPU peak so the smoke run's MFU arithmetic is exercised end to end
 GOALS = {"engine_vs_plain_mfu_ratio": 0.98, "mfu_h200": 0.45}
@@ -126,7 +127,7 @@ def result(cfg: NS, device: torch.device, seconds: float, flops_per_sample: floa
 
 
 def count_parameters(cfg: NS) -> int:
-    from elastic_train.gpt import GPT
+    from elastic_train.models.gpt import GPT
 
     m = cfg.model
     with torch.device("meta"):
@@ -177,7 +178,7 @@ def run_engine(cfg: NS, bundle: Any, device: torch.device, strategy: str) -> dic
 
 def run_plain(cfg: NS, bundle: Any, device: torch.device) -> dict[str, Any]:
     """The same model, hyperparameters and batches as a short hand-written loop (nanoGPT style)."""
-    from elastic_train.gpt import GPT
+    from elastic_train.models.gpt import GPT
 
     m, t = cfg.model, cfg.train
     torch.manual_seed(cfg.seed)

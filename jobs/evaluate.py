@@ -32,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _evaluate(args) -> int:
-    from elastic_train import config, driver
-    from elastic_train.evaluation import load_source, run_evaluation
-    from elastic_train.storage import resolve_home
+    from elastic_train import config
+    from elastic_train.launch import run as driver
+    from elastic_train.launch.evaluation import load_source, run_evaluation
+    from elastic_train.launch.storage import resolve_home
     from tracking.runs import resolve_uri
 
     base = config.load(args.config, args.overrides)  # validates the overrides on their own first

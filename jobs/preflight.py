@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _preflight(args) -> int:
-    from elastic_train import driver
+    from elastic_train.launch import run as driver
 
     launch = driver.plan_launch(args.config, args.overrides)
     report = driver.prepare(launch, args.address)

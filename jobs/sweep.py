@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sweep(args) -> int:
-    from elastic_train import driver, sweep
+    from elastic_train.launch import run as driver
+    from elastic_train.sweep import tuner as sweep
 
     plan = sweep.plan_sweep(args.config, args.overrides, args.resume)
     print(f"sweep {plan.name}{' (resuming)' if plan.restoring else ''}: storage {plan.sweep_dir}")

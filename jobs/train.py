@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(args) -> int:
-    from elastic_train import driver
+    from elastic_train.launch import run as driver
 
     launch = driver.plan_launch(args.config, args.overrides, args.resume)
     print(f"run {launch.run_name}{' (resuming)' if launch.resuming else ''}: storage {launch.storage_path}")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from elastic_train.data import DataBundle, DataSpec, TensorSet, _split
+from elastic_train.data.spec import DataBundle, DataSpec, TensorSet, split_indices
 from elastic_train.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def build_synthetic_tokens(job: JobConfig | Any) -> DataBundle:
     stride = torch.randint(1, min(MAX_STEP, v - 1) + 1, (n, 1), generator=g)
     seq = (start + stride * torch.arange(t + 1)) % v
     x, y = seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
-    tr, va = _split(n, job.data.val_fraction, job.seed)
+    tr, va = split_indices(n, job.data.val_fraction, job.seed)
     info = {"source": "synthetic arithmetic token sequences", "tokens": n * t}
     return DataBundle(TensorSet(x[tr], y[tr]), TensorSet(x[va], y[va]), _spec(job), info)
 

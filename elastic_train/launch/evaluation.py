@@ -15,12 +15,13 @@ import ray.train
 import torch
 import torch.distributed as dist
 
-from elastic_train.batching import BatchPlan
 from elastic_train.config import JobConfig
-from elastic_train.data import WorkerData, build_data
-from elastic_train.loop import Precision, evaluate
-from elastic_train.metrics import eval_metrics
+from elastic_train.data import build_data
+from elastic_train.data.batching import BatchPlan
+from elastic_train.data.loader import WorkerData
 from elastic_train.models import build_model
+from elastic_train.train.loop import Precision, evaluate
+from elastic_train.train.metrics import eval_metrics
 
 
 def evaluate_loop_per_worker(args: dict[str, Any]) -> None:
@@ -61,8 +62,8 @@ def load_source(checkpoint: str | None, model_uri: str | None, tracking_uri: str
     if checkpoint:
         from ray.train import Checkpoint
 
-        from elastic_train.state import IncompleteCheckpoint, load_model
-        from elastic_train.storage import RunStorage
+        from elastic_train.launch.storage import RunStorage
+        from elastic_train.train.state import IncompleteCheckpoint, load_model
 
         path = checkpoint.rstrip("/")
         if "://" not in path and not __import__("os").path.exists(path):
@@ -93,9 +94,9 @@ def load_source(checkpoint: str | None, model_uri: str | None, tracking_uri: str
 def run_evaluation(cfg: JobConfig, model: torch.nn.Module, *, run_name: str, storage_path: str, use_gpu: bool,
                    bundle: Any) -> dict[str, Any]:
     """Evaluate on the cluster; returns the aggregated validation metrics."""
-    from elastic_train.driver import share_data
-    from elastic_train.ledger import create_ledger
-    from elastic_train.trainer import build_evaluator
+    from elastic_train.launch.ledger import create_ledger
+    from elastic_train.launch.run import share_data
+    from elastic_train.launch.trainer import build_evaluator
 
     ledger = create_ledger()
     evaluator = build_evaluator(cfg, run_name=run_name, storage_path=storage_path, use_gpu=use_gpu,

@@ -19,11 +19,11 @@ from typing import Any
 
 import ray
 
-from elastic_train.batching import BatchPlan
 from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import DataBundle, build_data, describe
+from elastic_train.data.batching import BatchPlan
+from elastic_train.launch.trainer import worker_resources
 from elastic_train.models import build_model, count_parameters
-from elastic_train.trainer import worker_resources
 
 
 @dataclass

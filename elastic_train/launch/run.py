@@ -23,7 +23,7 @@ from typing import Any
 
 from elastic_train import config as config_mod
 from elastic_train.config import ConfigError, JobConfig
-from elastic_train.storage import RunStorage, default_run_name, resolve_home, resolve_storage
+from elastic_train.launch.storage import RunStorage, default_run_name, resolve_home, resolve_storage
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def prepare(launch: Launch, address: str | None = None) -> Any:
     The data and the model are built once, on the driver, before Ray starts (a mistake is a ConfigError naming
     the field: exit 2, no cluster touched); the report carries the data bundle for the driver to reuse.
     """
-    from elastic_train.preflight import check_cluster, check_static
+    from elastic_train.launch.preflight import check_cluster, check_static
 
     bundle, n_params = check_static(launch.cfg)
     print(f"ray: {connect_ray(address)}")
@@ -199,8 +199,8 @@ def fit(launch: Launch, report: Any, spec: Any, fault: str | None = None, callba
     """Run the trainer; failures become an Outcome (the summary and MLflow status must still be written)."""
     import ray
 
-    from elastic_train.ledger import create_ledger
-    from elastic_train.trainer import build_trainer
+    from elastic_train.launch.ledger import create_ledger
+    from elastic_train.launch.trainer import build_trainer
 
     storage = RunStorage(launch.storage_path, launch.run_name)
     latest = storage.latest_checkpoint()
@@ -341,7 +341,7 @@ def _log_model(launch: Launch, spec: Any, checkpoint_uri: str, report: Any) -> d
     from ray.train import Checkpoint
 
     from elastic_train.data import as_numpy_example
-    from elastic_train.state import load_model
+    from elastic_train.train.state import load_model
     from tracking.models import log_final_model
 
     with Checkpoint(checkpoint_uri).as_directory() as d:

@@ -10,7 +10,7 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 from ray.train.torch import TorchTrainer
 
 from elastic_train.config import JobConfig
-from elastic_train.worker import WorkerArgs, train_loop_per_worker
+from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
 from tracking.base import TrackingSpec
 
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
@@ -91,7 +91,7 @@ def build_evaluator(
     cfg: JobConfig, *, run_name: str, storage_path: str, use_gpu: bool, weights_ref: Any, data_ref: Any, ledger: Any
 ) -> TorchTrainer:
     """A TorchTrainer that scores a model on the validation set over the configured workers (no checkpoints)."""
-    from elastic_train.evaluation import evaluate_loop_per_worker
+    from elastic_train.launch.evaluation import evaluate_loop_per_worker
 
     os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
     return TorchTrainer(

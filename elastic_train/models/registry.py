@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from elastic_train.data import DataSpec, resolve_import
+from elastic_train.data.spec import DataSpec
 from elastic_train.errors import ConfigError
+from elastic_train.plugins import resolve_import
 
 if TYPE_CHECKING:  # pydantic-free at run time
     from elastic_train.config import JobConfig, ModelConfig
@@ -76,7 +77,7 @@ def _cnn(cfg: ModelConfig, spec: DataSpec) -> nn.Module:
 
 
 def _gpt(cfg: ModelConfig, spec: DataSpec) -> nn.Module:
-    from elastic_train.gpt import build_gpt  # the transformer lives in its own module; imported on use
+    from elastic_train.models.gpt import build_gpt  # the transformer lives in its own module; imported on use
 
     return build_gpt(cfg, spec)
 

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from elastic_train import config as config_mod
-from elastic_train import driver
 from elastic_train.config import SCORE_METRICS, ConfigError, Distribution, JobConfig
-from elastic_train.storage import RunStorage
+from elastic_train.launch import run as driver
+from elastic_train.launch.storage import RunStorage
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def probe_values(dist: Distribution) -> list[Any]:
 
 def trial_need(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
     """What one trial holds at least: its driver's CPUs plus its minimum workers' resources."""
-    from elastic_train.trainer import worker_resources
+    from elastic_train.launch.trainer import worker_resources
 
     need = {"CPU": cfg.sweep.trial_cpus}
     for k, v in worker_resources(cfg, use_gpu).items():
@@ -246,7 +246,7 @@ def run_tuner(plan: SweepPlan, report: Any, parent: Any, limit: int | None, faul
     """Build (or restore) the Tuner and run it. Returns the ResultGrid and the orphaned placement groups removed."""
     from ray import tune
 
-    from elastic_train.placement_groups import OrphanedPlacementGroupReaper, settle
+    from elastic_train.sweep.placement_groups import OrphanedPlacementGroupReaper, settle
 
     context = TrialContext(resolved_base(plan).model_dump(mode="json"), plan.sweep_dir, str(plan.launch.home),
                            parent.run_id if parent else None, report, fault)
@@ -342,7 +342,7 @@ def trial_report(context: TrialContext, cfg: JobConfig) -> Any:
     if cfg.data == base.data and cfg.seed == base.seed:
         return report
     from elastic_train.data import describe
-    from elastic_train.preflight import check_static
+    from elastic_train.launch.preflight import check_static
 
     bundle, _ = check_static(cfg)
     report = copy.copy(report)

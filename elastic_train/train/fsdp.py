@@ -37,7 +37,7 @@ try:
 except ImportError:  # torch < 2.6 kept FSDP2 under _composable
     from torch.distributed._composable.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from elastic_train.state import DCP_DIR
+from elastic_train.train.state import DCP_DIR
 
 if TYPE_CHECKING:
     from elastic_train.config import JobConfig

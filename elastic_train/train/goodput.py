@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from elastic_train.state import Goodput
+from elastic_train.train.state import Goodput
 
 
 @dataclass

@@ -17,8 +17,8 @@ import torch.distributed as dist
 from torch import nn
 
 from elastic_train.data import DataSpec
-from elastic_train.loop import StepResult
-from elastic_train.state import unwrap
+from elastic_train.train.loop import StepResult
+from elastic_train.train.state import unwrap
 
 if TYPE_CHECKING:  # pydantic-free at run time
     from elastic_train.config import JobConfig
@@ -150,7 +150,7 @@ def flops_per_sample(model: nn.Module, spec: DataSpec, cfg: JobConfig | Any = No
     """Model FLOPs (forward + backward, no activation recomputation) to train on one sample.
 
     A model that knows its cost says so (``gpt``: ``6 N + 12 n_layer d_model T`` per token, see
-    :meth:`elastic_train.gpt.GPT.flops_per_token`); any other model gets ``6 x parameters x tokens``.
+    :meth:`elastic_train.models.gpt.GPT.flops_per_token`); any other model gets ``6 x parameters x tokens``.
     Parameters are counted whole (an FSDP shard's DTensor reports its global size).
     """
     core = unwrap(model)

@@ -27,12 +27,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from elastic_train.loop import Precision
+from elastic_train.train.loop import Precision
 
 FORMAT_VERSION = 1
 META = "meta.json"
 MODEL = "model.pt"
-DCP_DIR = "dcp"  # sharded (FSDP) model + optimizer state; see elastic_train.sharding
+DCP_DIR = "dcp"  # sharded (FSDP) model + optimizer state; see elastic_train.train.fsdp
 TRAIN_STATE = "train_state.pt"
 
 
@@ -138,7 +138,7 @@ class IncompleteCheckpoint(RuntimeError):
 def _is_sharded(model: nn.Module) -> bool:
     if not torch.distributed.is_available():
         return False
-    from elastic_train.sharding import is_sharded
+    from elastic_train.train.fsdp import is_sharded
 
     return is_sharded(model)
 
@@ -181,7 +181,7 @@ class TrainState:
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         """The full weights; for a sharded model a collective that every rank calls ({} except on rank 0)."""
         if self.sharded:
-            from elastic_train.sharding import full_model_state
+            from elastic_train.train.fsdp import full_model_state
 
             return full_model_state(self.model)
         return unwrap(self.model).state_dict()
@@ -219,7 +219,7 @@ class TrainState:
         (d / "rng").mkdir(parents=True, exist_ok=True)
         _atomic_torch_save(rng_state(), d / "rng" / f"rank_{rank}.pt")
         if self.sharded:  # collective: returns once every rank's shards and rank 0's index are written
-            from elastic_train.sharding import save_sharded
+            from elastic_train.train.fsdp import save_sharded
 
             save_sharded(self.model, self.optimizer, d / DCP_DIR)
         if rank != 0:
@@ -245,7 +245,7 @@ class TrainState:
             saved, now = ("fsdp", "ddp") if (d / DCP_DIR).is_dir() else ("ddp", "fsdp")
             raise RuntimeError(f"{d.name} was saved with scaling.strategy={saved}; resume it with {saved}, not {now}")
         if self.sharded:  # collective; reshards to the current world size
-            from elastic_train.sharding import load_sharded
+            from elastic_train.train.fsdp import load_sharded
 
             load_sharded(self.model, self.optimizer, d / DCP_DIR)
         else:
@@ -297,7 +297,7 @@ def load_model(directory: str | Path, map_location: str = "cpu") -> tuple[nn.Mod
     if weights_file.exists():
         model.load_state_dict(torch.load(weights_file, map_location=map_location, weights_only=True))
     else:  # a sharded (FSDP) checkpoint: consolidate its dcp/ folder
-        from elastic_train.sharding import load_full_model_state
+        from elastic_train.train.fsdp import load_full_model_state
 
         model.load_state_dict(load_full_model_state(directory))
     return model.eval(), cfg, meta

@@ -23,14 +23,22 @@ import torch
 import torch.distributed as dist
 from ray.train import Checkpoint, CheckpointUploadMode
 
-from elastic_train import metrics as metric_math
-from elastic_train.batching import BatchPlan
 from elastic_train.config import JobConfig
-from elastic_train.data import WorkerData, build_data
-from elastic_train.goodput import GoodputBook
-from elastic_train.loop import Precision, evaluate, loss_function, make_optimizer, make_scheduler, train_step
+from elastic_train.data import build_data
+from elastic_train.data.batching import BatchPlan
+from elastic_train.data.loader import WorkerData
 from elastic_train.models import build_model
-from elastic_train.state import TrainState, checkpoint_dir_name, params_sha256, seed_everything
+from elastic_train.train import metrics as metric_math
+from elastic_train.train.goodput import GoodputBook
+from elastic_train.train.loop import (
+    Precision,
+    evaluate,
+    loss_function,
+    make_optimizer,
+    make_scheduler,
+    train_step,
+)
+from elastic_train.train.state import TrainState, checkpoint_dir_name, params_sha256, seed_everything
 from tracking import Tracker, TrackingSpec, tracker_for
 
 FAULT_ENV = "ELASTIC_TRAIN_FAULT"  # test hook, e.g. "step=7,rank=1,marker=/tmp/f,mode=exit" (see fault_hook)
@@ -140,7 +148,7 @@ class WorkerSession:
             model.compile()  # in place: state_dict keys stay clean
         self.loss_fn = loss_function(cfg.train.compile)
         if cfg.scaling.strategy == "fsdp":
-            from elastic_train.sharding import shard_model
+            from elastic_train.train.fsdp import shard_model
 
             self.model = shard_model(model, cfg, self.device)
         else:

@@ -89,7 +89,7 @@ def test_asha_sweep_completes_and_stops_weak_trials_early(asha):
 
 def test_every_trial_ran_the_real_multi_worker_trainer(asha):
     tmp, summary, marker = asha
-    from elastic_train.storage import RunStorage
+    from elastic_train.launch.storage import RunStorage
 
     for t in summary["trials"]:
         run = RunStorage(summary["storage_path"], t["run_name"])
@@ -148,7 +148,7 @@ def test_summary_best_is_the_best_child_run(asha):
 
 def test_stopped_trials_leave_no_workers_or_placement_groups(asha, ray_module):
     """ray#54305: ASHA-stopped trials' Train placement groups outlive them; the sweep's reaper removes them."""
-    from elastic_train.placement_groups import actor_created_placement_groups, stranded_cleaners
+    from elastic_train.sweep.placement_groups import actor_created_placement_groups, stranded_cleaners
 
     tmp, summary, _ = asha
     ray = ray_module
@@ -195,7 +195,7 @@ def trial_states(sweep_dir: Path) -> dict[str, str]:
 
 def test_a_killed_sweep_resumes_without_rerunning_finished_trials(ray_session, home):
     """SIGKILL the sweep's driver while trial 2 trains (trial 1 done), then ``--resume NAME``."""
-    from elastic_train.storage import SNAPSHOT_FILE, RunStorage
+    from elastic_train.launch.storage import SNAPSHOT_FILE, RunStorage
 
     name = "resumed"
     env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address,
@@ -240,7 +240,10 @@ def test_a_placement_group_outlives_its_killed_creator_until_the_reaper_removes_
     the job lives. If Ray ever removes it by itself, the first assertion says the workaround can go."""
     from ray.util.placement_group import placement_group_table
 
-    from elastic_train.placement_groups import orphaned_placement_groups, remove_orphaned_placement_groups
+    from elastic_train.sweep.placement_groups import (
+        orphaned_placement_groups,
+        remove_orphaned_placement_groups,
+    )
 
     ray = ray_session
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from elastic_train.state import load_model
+from elastic_train.train.state import load_model
 from tests.distributed.conftest import run_job
 
 pytestmark = pytest.mark.distributed
@@ -93,7 +93,7 @@ def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(run
 
     from mlflow.tracking import MlflowClient
 
-    from elastic_train.storage import SNAPSHOT_FILE
+    from elastic_train.launch.storage import SNAPSHOT_FILE
     from tests.cluster.test_elastic import wait_for
     from tests.conftest import ROOT, tiny
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from elastic_train.batching import BatchPlan
 from elastic_train.config import load
-from elastic_train.data import ElasticSampler, WorkerData, build_data, epoch_permutation, steps_per_epoch
+from elastic_train.data import build_data
+from elastic_train.data.batching import BatchPlan
+from elastic_train.data.loader import WorkerData
+from elastic_train.data.sampler import ElasticSampler, epoch_permutation, steps_per_epoch
 
 
 @pytest.mark.parametrize("g, w, cap", [(128, 1, None), (128, 2, None), (128, 3, None), (128, 3, 16), (10, 4, 1), (7, 7, None), (256, 5, 32)])

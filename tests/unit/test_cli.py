@@ -63,9 +63,9 @@ def test_help_lists_the_submit_line():
 
 
 def test_resume_refuses_settings_that_would_break_the_checkpoint(tmp_path):
-    from elastic_train import driver
     from elastic_train.config import ConfigError
-    from elastic_train.storage import RunStorage
+    from elastic_train.launch import run as driver
+    from elastic_train.launch.storage import RunStorage
 
     store = RunStorage(str(tmp_path), "r1")
     store.save_config(driver.config_mod.load(None, ["name=r1"]).model_dump(mode="json"))

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from elastic_train import metrics
-from elastic_train.batching import BatchPlan
 from elastic_train.config import ConfigError, load
-from elastic_train.data import DataSpec, WorkerData, build_data
-from elastic_train.gpt import GPT, build_gpt
-from elastic_train.loop import (
+from elastic_train.data import DataSpec, build_data
+from elastic_train.data.batching import BatchPlan
+from elastic_train.data.loader import WorkerData
+from elastic_train.models import build_model
+from elastic_train.models.gpt import GPT, build_gpt
+from elastic_train.train import metrics
+from elastic_train.train.loop import (
     Precision,
     StepResult,
     loss_function,
@@ -27,7 +29,6 @@ from elastic_train.loop import (
     make_scheduler,
     train_step,
 )
-from elastic_train.models import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "gpt-synthetic.yaml"

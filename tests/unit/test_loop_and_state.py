@@ -7,13 +7,21 @@ import copy
 import pytest
 import torch
 
-from elastic_train.batching import BatchPlan
 from elastic_train.config import load
-from elastic_train.data import WorkerData, build_data
-from elastic_train.goodput import GoodputBook
-from elastic_train.loop import Precision, evaluate, lr_factor, make_optimizer, make_scheduler, train_step
+from elastic_train.data import build_data
+from elastic_train.data.batching import BatchPlan
+from elastic_train.data.loader import WorkerData
 from elastic_train.models import build_model
-from elastic_train.state import (
+from elastic_train.train.goodput import GoodputBook
+from elastic_train.train.loop import (
+    Precision,
+    evaluate,
+    lr_factor,
+    make_optimizer,
+    make_scheduler,
+    train_step,
+)
+from elastic_train.train.state import (
     Goodput,
     IncompleteCheckpoint,
     TrainState,

@@ -10,7 +10,7 @@ import pytest
 
 from elastic_train import config as config_mod
 from elastic_train.config import ConfigError, Distribution
-from elastic_train.sweep import (
+from elastic_train.sweep.tuner import (
     TrialRow,
     check_concurrency,
     make_scheduler,

@@ -1,0 +1,78 @@
+"""What every data source hands the engine: a DataSpec, train/val splits and a DataBundle. Torch only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What a model needs to know about the data."""
+
+    kind: Literal["classification", "language_model"]
+    input_shape: tuple[int, ...]  # per sample, e.g. (64,), (1, 8, 8) or (seq_len,)
+    num_classes: int  # classes, or the vocabulary size for language models
+    tokens_per_sample: int = 1  # seq_len for language models (per-token metrics, throughput)
+
+
+@dataclass
+class TensorSet:
+    """An in-memory dataset: row i of ``x`` and ``y`` is sample i."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def to(self, device: torch.device | str, pin: bool = False) -> TensorSet:
+        if pin:
+            return TensorSet(self.x.pin_memory(), self.y.pin_memory())
+        return TensorSet(self.x.to(device), self.y.to(device))
+
+    @property
+    def nbytes(self) -> int:
+        return self.x.nbytes + self.y.nbytes
+
+
+Split = TensorSet | Dataset
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class DataBundle:
+    train: Split
+    val: Split
+    spec: DataSpec
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+
+def split_indices(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded (train, val) split of ``range(n)``; the validation side holds at least one sample."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_val = max(1, int(round(n * val_fraction)))
+    return perm[n_val:], perm[:n_val]
+
+
+def describe(bundle: DataBundle) -> dict[str, Any]:
+    return {
+        "train_samples": len(bundle.train),
+        "val_samples": len(bundle.val),
+        "kind": bundle.spec.kind,
+        "input_shape": list(bundle.spec.input_shape),
+        "num_classes": bundle.spec.num_classes,
+        **bundle.info,
+    }
+
+
+def as_numpy_example(bundle: DataBundle, n: int = 2) -> np.ndarray:
+    """A few training inputs, for an MLflow model signature and input example."""
+    if isinstance(bundle.train, TensorSet):
+        return bundle.train.x[:n].cpu().numpy()
+    return np.stack([np.asarray(bundle.train[i][0]) for i in range(min(n, len(bundle.train)))])

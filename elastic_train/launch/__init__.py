@@ -1,0 +1,1 @@
+"""What runs on the driver: the run context, preflight, trainer construction, fit, summary and evaluation."""
