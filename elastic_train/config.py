@@ -171,9 +171,13 @@ class FailureConfig(Section):
 
 
 class TrackingConfig(Section):
-    enabled: bool = Field(True, description="Log to MLflow at all.")
+    enabled: bool = Field(True, description="Track the run at all.")
+    backend: Literal["mlflow", "jsonl"] = Field(
+        "mlflow", description="mlflow, or jsonl: JSON-lines files in a folder (no server, no MLflow)."
+    )
     uri: str | None = Field(
-        None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI, else sqlite:///<home>/mlflow.db."
+        None, description="mlflow: tracking URI; default $MLFLOW_TRACKING_URI, else sqlite:///<home>/mlflow.db. "
+        "jsonl: a folder; default <home>/tracking."
     )
     experiment: str = Field("elastic-train", description="MLflow experiment name.")
     log_every_steps: int = Field(10, gt=0, description="Log train metrics every N optimizer steps.")

@@ -1,21 +1,55 @@
-"""Experiment tracking: a small interface, an MLflow implementation, a no-op for non-zero ranks.
+"""Experiment tracking behind one interface: the only package that imports MLflow.
 
-Only rank 0 and the driver talk to MLflow; every other rank gets :class:`NullTracker`, so training code
-has no ``if rank == 0`` branches. Nothing here runs at import time.
+    base.py            Tracker (what a process logs), TrackingBackend (the driver's runs), TrackingSpec, NullTracker
+    mlflow_backend.py  MLflow: runs, params, status, artifacts, models, registry, sweep children
+    mlflow_tracker.py  MLflow logging with batching, retries and a spool; sender.py runs it in a child process
+    checkpoints.py     a Ray Train callback copying checkpoints into the run
+    jsonl.py           a JSON-lines backend on a local folder (no server, no MLflow)
+
+``tracking.backend`` picks one (:func:`open_backend`); workers get the matching tracker from
+:func:`tracker_for`. Only rank 0 and the driver log: every other rank gets a :class:`NullTracker`, so training
+code has no ``if rank == 0`` branches. Nothing here runs at import time.
 """
 
 from __future__ import annotations
 
-from tracking.base import NullTracker, Tracker, TrackingSpec
+from pathlib import Path
+
+from tracking.base import ChildRun, NullTracker, Tracker, TrackingBackend, TrackingSpec, TrackingUnavailable
+
+BACKENDS = ("mlflow", "jsonl")
+
+
+def open_backend(name: str, uri: str | None, home: Path) -> TrackingBackend:
+    """The backend ``name`` on ``uri`` (None: its default under ``home``)."""
+    if name == "jsonl":
+        from tracking.jsonl import JsonlBackend
+
+        return JsonlBackend(uri, home)
+    if name == "mlflow":
+        from tracking.mlflow_backend import MlflowBackend
+
+        return MlflowBackend(uri, home)
+    raise ValueError(f"unknown tracking backend {name!r}; known: {', '.join(BACKENDS)}")
+
+
+def backend_for(spec: TrackingSpec, home: Path | None = None) -> TrackingBackend:
+    """The backend that holds ``spec``'s run (its URI is absolute already)."""
+    return open_backend(spec.backend, spec.uri, home or Path.cwd())
 
 
 def tracker_for(spec: TrackingSpec | None, rank: int) -> Tracker:
-    """Rank 0's tracker when tracking is configured (MLflow, from a child process); a no-op everywhere else."""
+    """Rank 0's tracker when tracking is configured; a no-op everywhere else."""
     if spec is None or rank != 0:
         return NullTracker()
-    from tracking.sender import ProcessTracker
+    if spec.backend == "jsonl":
+        from tracking.jsonl import JsonlTracker
+
+        return JsonlTracker(spec)
+    from tracking.sender import ProcessTracker  # MLflow, from a child process
 
     return ProcessTracker(spec)
 
 
-__all__ = ["NullTracker", "Tracker", "TrackingSpec", "tracker_for"]
+__all__ = ["BACKENDS", "ChildRun", "NullTracker", "Tracker", "TrackingBackend", "TrackingSpec", "TrackingUnavailable",
+           "backend_for", "open_backend", "tracker_for"]

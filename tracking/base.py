@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -17,6 +18,20 @@ class TrackingSpec:
     system_metrics: bool = False
     log_every_steps: int = 10
     env: dict[str, str] = field(default_factory=dict)  # MLFLOW_TRACKING_USERNAME/PASSWORD etc. for workers
+    backend: str = "mlflow"  # which TrackingBackend wrote the run (tracking.backend): workers build the same
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store cannot be reached or refuses us."""
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """A sweep trial's run under its parent."""
+
+    name: str
+    run_id: str
+    status: str  # RUNNING | FINISHED | FAILED | KILLED
 
 
 class Tracker(Protocol):
@@ -39,6 +54,62 @@ class Tracker(Protocol):
     def log_model(self, model: Any, **kwargs: Any) -> Any: ...
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]: ...
+
+
+class TrackingBackend(Protocol):
+    """The driver's side of tracking: runs, their lifecycle, artifacts and models. One per tracking store.
+
+    The engine names no tracking library: it calls these methods (and :class:`Tracker` for params, metrics and
+    tags), so a new backend is one class in ``tracking/`` and one ``tracking.backend`` literal.
+    """
+
+    name: str
+    uri: str  # the resolved store (absolute): a URI that workers in other directories can use as is
+
+    def check(self) -> None:
+        """Raise TrackingUnavailable unless the store answers (and accepts our credentials)."""
+        ...
+
+    def start_run(self, experiment: str, run_name: str, *, kind: str, spool_path: Path,
+                  parent_run_id: str | None = None, system_metrics: bool = False,
+                  log_every_steps: int = 10) -> tuple[TrackingSpec, bool]:
+        """Find the run named ``run_name`` (under ``parent_run_id``) or create it: ``(spec, resumed)``."""
+        ...
+
+    def writer(self, spec: TrackingSpec) -> Tracker:
+        """A driver-side tracker for ``spec``: params, metrics, tags; ``close()`` flushes it."""
+        ...
+
+    def logged_params(self, spec: TrackingSpec) -> set[str]:
+        """Params the run holds already (they are immutable: a resume logs only new ones)."""
+        ...
+
+    def last_logged_step(self, spec: TrackingSpec) -> int:
+        """The run's highest training step with metrics; -1 when none."""
+        ...
+
+    def end_run(self, spec: TrackingSpec, status: str) -> None: ...
+
+    def log_artifacts(self, spec: TrackingSpec, local_dir: str | Path, artifact_path: str | None = None) -> None: ...
+
+    def log_model(self, spec: TrackingSpec, model: Any, input_example: Any, register_as: str | None,
+                  metadata: dict[str, Any]) -> dict[str, Any]:
+        """Log the final model; ``{"model_uri": ..., "registered_model": ...}``."""
+        ...
+
+    def load_model(self, model_uri: str) -> tuple[Any, dict[str, Any]]:
+        """``(module, metadata)`` of a logged model."""
+        ...
+
+    def child_runs(self, parent: TrackingSpec) -> list[ChildRun]: ...
+
+    def checkpoint_callback(self, spec: TrackingSpec, policy: list[str], score: str, mode: str) -> Any | None:
+        """A Ray Train callback copying checkpoints into the run, or None when the backend keeps none."""
+        ...
+
+    def environment_params(self) -> dict[str, str]:
+        """Versions, git commit, Ray job id: what produced a run."""
+        ...
 
 
 class NullTracker:

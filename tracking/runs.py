@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tracking.base import TrackingSpec
+from tracking.base import TrackingSpec, TrackingUnavailable
 
 RUN_NAME_TAG = "elastic_train.run_name"
 KIND_TAG = "elastic_train.kind"
@@ -28,8 +28,6 @@ PASS_THROUGH_ENV = (
 )
 
 
-class TrackingUnavailable(RuntimeError):
-    """The tracking server cannot be reached or refuses us."""
 
 
 def resolve_uri(configured: str | None, home: Path) -> str:
@@ -128,6 +126,7 @@ def start_run(
         client.update_run(run.info.run_id, status="RUNNING")
     env = {k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ}
     spec = TrackingSpec(
+        backend="mlflow",
         uri=uri,
         run_id=run.info.run_id,
         experiment_id=exp_id,
