@@ -324,12 +324,53 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> JobConfig:
-    """Defaults < YAML file < dotted overrides, validated into a JobConfig."""
-    tree = read_yaml(path) if path else {}
-    for key, value in parse_overrides(overrides).items():
-        _set_dotted(tree, key, value)
+def layer(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+          stored: dict[str, Any] | None = None) -> JobConfig:
+    """The one layering of a config: built-in defaults < ``stored`` run < YAML ``path`` < dotted ``overrides``.
+
+    ``stored`` is a run's saved config (``--resume``, ``jobs.evaluate``); the file and the overrides are each
+    read and parsed once. Overrides are checked on their own first, so a typo names the override, not the
+    stored run.
+    """
+    return compose(read_yaml(path) if path else {}, parse_overrides(overrides), stored)
+
+
+def compose(file_tree: dict[str, Any], overrides: dict[str, Any], stored: dict[str, Any] | None = None) -> JobConfig:
+    """:func:`layer` on an already-read file and already-parsed overrides (callers that layer twice read once)."""
+    tree = deep_merge(stored or {}, file_tree)
+    for key, value in overrides.items():
+        set_dotted(tree, key, value)
     return validate(tree)
+
+
+def load(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> JobConfig:
+    """Defaults < YAML file < dotted overrides, validated into a JobConfig (:func:`layer` without a stored run)."""
+    return layer(path, overrides)
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` over ``base``, section by section (a new dict; neither input changes)."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+# What a resumed run may not change: the checkpoint would not load, or the data position would mean other samples.
+FROZEN_ON_RESUME = ("seed", "model.", "data.name", "data.path", "data.num_samples", "data.num_features",
+                    "data.num_classes", "data.val_fraction", "data.options", "train.global_batch_size",
+                    "scaling.strategy")
+
+
+def refuse_incompatible_resume(stored: dict[str, Any] | None, cfg: JobConfig) -> None:
+    """ConfigError naming the first setting that differs from the run being resumed, if it must not."""
+    if not stored:
+        return
+    before = flatten(validate(stored))
+    for key, value in flatten(cfg).items():
+        if key.startswith(FROZEN_ON_RESUME) and before.get(key) != value:
+            raise ConfigError(key, value, f"differs from the run being resumed ({before.get(key)!r}); "
+                                          "start a new run (another name) to change it")
 
 
 def validate(tree: dict[str, Any]) -> JobConfig:
@@ -344,7 +385,7 @@ def with_overrides(cfg: JobConfig, overrides: dict[str, Any]) -> JobConfig:
     """A copy of ``cfg`` with dotted keys replaced (used for sweep trials)."""
     tree = cfg.model_dump(mode="python")
     for key, value in overrides.items():
-        _set_dotted(tree, key, value)
+        set_dotted(tree, key, value)
     return validate(tree)
 
 
@@ -371,7 +412,7 @@ def leaf_keys() -> set[str]:
     return keys
 
 
-def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
     parts = _space_key_parts(key.split("."))
     node = tree
     for i, part in enumerate(parts[:-1]):

@@ -32,39 +32,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _evaluate(args) -> int:
-    from elastic_train import config
-    from elastic_train.launch import run as driver
-    from elastic_train.launch.evaluation import load_source, run_evaluation
-    from elastic_train.launch.storage import resolve_home
-    from tracking.runs import resolve_uri
+    from elastic_train.launch import context, evaluation
 
-    base = config.load(args.config, args.overrides)  # validates the overrides on their own first
-    uri = resolve_uri(base.tracking.uri, resolve_home())
-    model, trained_with, info = load_source(args.checkpoint, args.model, uri)
-    tree = trained_with
-    if args.config:
-        tree = driver._deep_merge(tree, config.read_yaml(args.config))
-    for key, value in config.parse_overrides(args.overrides).items():
-        config._set_dotted(tree, key, value)
-    source_name = trained_with.get("name") or "model"
-    tree["name"] = f"{source_name}-eval-{time.strftime('%Y%m%d-%H%M%S')}"
-    launch = driver.Launch(config.validate(tree), tree["name"], resolve_home(), "", False, args.config)
-    launch.storage_path = driver.resolve_storage(launch.cfg, launch.home)
-    report = driver.prepare(launch, args.address)
-    bundle = report.bundle
-    print(f"evaluating {info['source']} ({len(bundle.val)} validation samples)")
-    spec = driver.start_tracking(launch, report, kind="evaluate")
-    metrics = run_evaluation(launch.cfg, model, run_name=launch.run_name, storage_path=launch.storage_path,
-                             use_gpu=report.use_gpu, bundle=bundle)
-    if spec is not None:
-        from tracking.mlflow_tracker import MlflowTracker
-        from tracking.runs import end_run
-
-        tracker = MlflowTracker(spec, start_system_metrics=False)
-        tracker.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=0)
-        tracker.set_tags({"source": info["source"], "source_run_id": info.get("source_run_id") or ""})
-        tracker.close()
-        end_run(spec.uri, spec.run_id, "FINISHED")
+    base = context.plan(args.config, args.overrides)  # the file and overrides, checked on their own first
+    model, trained_with, info = evaluation.load_source(args.checkpoint, args.model, context.tracking_backend(base))
+    name = f"{trained_with.get('name') or 'model'}-eval-{time.strftime('%Y%m%d-%H%M%S')}"
+    ctx = context.connect(context.plan(args.config, args.overrides, stored=trained_with, name=name), args.address)
+    print(f"evaluating {info['source']} ({len(ctx.bundle.val)} validation samples)")
+    ctx = context.track(ctx, kind="evaluate")
+    metrics = evaluation.run_evaluation(ctx, model)
+    evaluation.record_evaluation(ctx, metrics, info)
+    spec = ctx.tracking
     summary = {**info, "metrics": metrics, "mlflow_run_id": spec.run_id if spec else None,
                "tracking_uri": spec.uri if spec else None}
     for key, value in metrics.items():

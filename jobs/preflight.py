@@ -25,12 +25,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _preflight(args) -> int:
-    from elastic_train.launch import run as driver
+    from elastic_train.launch import context
 
-    launch = driver.plan_launch(args.config, args.overrides)
-    report = driver.prepare(launch, args.address)
-    print(report.render())
-    write_json(args.json, report.to_dict())
+    ctx = context.connect(context.plan(args.config, args.overrides), args.address)
+    print(ctx.header())
+    write_json(args.json, ctx.cluster.to_dict())
     return EXIT_OK
 
 

@@ -16,7 +16,6 @@ Exit codes: 0 swept (some trial produced a result), 1 every trial failed, 2 bad 
 
 from __future__ import annotations
 
-import os
 import sys
 
 from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, write_json
@@ -31,32 +30,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sweep(args) -> int:
-    from elastic_train.launch import run as driver
-    from elastic_train.sweep import tuner as sweep
+    from dataclasses import replace
 
-    plan = sweep.plan_sweep(args.config, args.overrides, args.resume)
-    print(f"sweep {plan.name}{' (resuming)' if plan.restoring else ''}: storage {plan.sweep_dir}")
-    report = driver.prepare(plan.launch, args.address)
-    limit = sweep.check_concurrency(plan.cfg, report)
-    print(report.render())
+    from elastic_train.launch import context
+    from elastic_train.sweep import plan as sweep_plan
+    from elastic_train.sweep import results, tuner
+
+    plan = sweep_plan.plan_sweep(args.config, args.overrides, args.resume)
+    plan = replace(plan, ctx=context.connect(plan.ctx, args.address))
+    limit = sweep_plan.check_concurrency(plan.cfg, plan.ctx.cluster)
+    print(plan.header())
     print(f"  trials at once: {limit if limit else 'no limit (autoscaling)'}")
-    parent = sweep.start_parent(plan, report)
+    plan = replace(plan, ctx=context.track(plan.ctx, kind="sweep"))
     try:
-        grid, reclaimed = sweep.run_tuner(plan, report, parent, limit, fault=os.environ.get("ELASTIC_TRAIN_FAULT"))
+        grid, reclaimed = tuner.run_tuner(plan, limit)
     except KeyboardInterrupt:
-        if parent is not None:
-            from tracking.runs import end_run
-
-            end_run(parent.uri, parent.run_id, "KILLED")
+        results.end_parent(plan, "KILLED")
         print(f"interrupted: continue with  python -m jobs.sweep --resume {plan.name}", file=sys.stderr)
         raise
-    rows = sweep.collect_trials(plan, grid)
-    if parent is not None:
-        sweep.close_children(parent, rows, plan.cfg.sweep.metric)
-    summary = sweep.summarize(plan, rows, parent, reclaimed, limit)
-    if parent is not None:
-        sweep.finish_parent(plan, summary, rows, parent, report)
-    print(sweep.render_table(summary))
+    rows = results.collect_trials(plan, grid)
+    results.close_children(plan, rows)
+    summary = results.summarize(plan, rows, reclaimed, limit)
+    results.finish_parent(plan, summary, rows)
+    print(results.render_table(summary))
     write_json(args.summary_json, summary)
     if summary["status"] == "KILLED":
         print(f"interrupted: continue with  python -m jobs.sweep --resume {plan.name}", file=sys.stderr)

@@ -12,7 +12,6 @@ Exit codes: 0 trained, 1 training failed, 2 bad input (nothing was started), 130
 
 from __future__ import annotations
 
-import os
 import sys
 
 from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, write_json
@@ -27,18 +26,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(args) -> int:
-    from elastic_train.launch import run as driver
+    from elastic_train.launch import context, fit, summary
 
-    launch = driver.plan_launch(args.config, args.overrides, args.resume)
-    print(f"run {launch.run_name}{' (resuming)' if launch.resuming else ''}: storage {launch.storage_path}")
-    report = driver.prepare(launch, args.address)
-    print(report.render())
-    spec = driver.start_tracking(launch, report)
-    outcome = driver.fit(launch, report, spec, fault=os.environ.get("ELASTIC_TRAIN_FAULT"))
-    summary = driver.summarize(launch, outcome, spec)
-    driver.finish_tracking(launch, outcome, spec, summary, report)
-    print(driver.render_summary(summary))
-    write_json(args.summary_json, summary)
+    ctx = context.prepare(args.config, args.overrides, args.resume, args.address)
+    print(ctx.header())
+    outcome = fit.fit(ctx)
+    result = summary.summarize(ctx, outcome)
+    summary.finish(ctx, outcome, result)
+    print(summary.render_summary(result))
+    write_json(args.summary_json, result)
     return {"FINISHED": EXIT_OK, "KILLED": EXIT_KILLED}.get(outcome.status, EXIT_FAILED)
 
 

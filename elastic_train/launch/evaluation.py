@@ -8,6 +8,7 @@ number of workers. Rank 0 hands them back through the run's ledger.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ray
@@ -15,13 +16,15 @@ import ray.train
 import torch
 import torch.distributed as dist
 
-from elastic_train.config import JobConfig
+from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import build_data
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.loader import WorkerData
+from elastic_train.launch.context import RunContext
 from elastic_train.models import build_model
 from elastic_train.train.loop import Precision, evaluate
 from elastic_train.train.metrics import eval_metrics
+from tracking import TrackingBackend, backend_for
 
 
 def evaluate_loop_per_worker(args: dict[str, Any]) -> None:
@@ -52,57 +55,69 @@ def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------------------- driver side
 
 
-def load_source(checkpoint: str | None, model_uri: str | None, tracking_uri: str) -> tuple[torch.nn.Module, dict, dict]:
+def load_source(checkpoint: str | None, model_uri: str | None, backend: TrackingBackend) -> tuple[torch.nn.Module, dict, dict]:
     """The model to evaluate and what it was trained with: ``(module, config dict, info)``.
 
-    ``checkpoint`` may be a checkpoint folder (or URI) or a run folder (its latest checkpoint is used).
+    ``checkpoint`` may be a checkpoint folder (or URI) or a run folder (its latest checkpoint is used);
+    ``model_uri`` a model logged in ``backend`` (``models:/NAME/VERSION``, ``runs:/RUN_ID/model``).
     """
-    from elastic_train.config import ConfigError
-
     if checkpoint:
-        from ray.train import Checkpoint
-
-        from elastic_train.launch.storage import RunStorage
-        from elastic_train.train.state import IncompleteCheckpoint, load_model
-
-        path = checkpoint.rstrip("/")
-        if "://" not in path and not __import__("os").path.exists(path):
-            raise ConfigError("--checkpoint", checkpoint, "no such file or folder")
-        parent, _, name = path.rpartition("/")
-        latest = RunStorage(parent or ".", name).latest_checkpoint() if not name.startswith("checkpoint_") else None
-        if latest is not None:
-            path = latest[0]
-        try:
-            with Checkpoint(path).as_directory() as d:
-                model, cfg, meta = load_model(d)
-        except IncompleteCheckpoint:
-            raise ConfigError("--checkpoint", checkpoint, "not a complete checkpoint (no meta.json)") from None
-        return model, cfg.model_dump(mode="json"), {"source": path, "source_run_id": meta.get("mlflow_run_id"),
-                                                    "source_metrics": meta.get("metrics", {})}
-    from tracking.models import load_logged_model
-
+        return _from_checkpoint(checkpoint)
     try:
-        model, metadata = load_logged_model(model_uri, tracking_uri)
+        model, metadata = backend.load_model(model_uri)
     except Exception as e:  # noqa: BLE001 - a wrong URI, a missing version, an unreachable server
-        raise ConfigError("--model", model_uri, f"cannot load it from {tracking_uri} ({type(e).__name__}: {e})") from None
+        raise ConfigError("--model", model_uri, f"cannot load it from {backend.uri} ({type(e).__name__}: {e})") from None
     recipe = metadata.get("elastic_train")
     if not recipe:
         raise ConfigError("--model", model_uri, "was not logged by elastic-train (no config in its metadata)")
     return model, recipe["config"], {"source": model_uri, "source_run_id": metadata.get("run_id")}
 
 
-def run_evaluation(cfg: JobConfig, model: torch.nn.Module, *, run_name: str, storage_path: str, use_gpu: bool,
-                   bundle: Any) -> dict[str, Any]:
+def _from_checkpoint(checkpoint: str) -> tuple[torch.nn.Module, dict, dict]:
+    from ray.train import Checkpoint
+
+    from elastic_train.launch.storage import RunStorage
+    from elastic_train.train.state import IncompleteCheckpoint, load_model
+
+    path = checkpoint.rstrip("/")
+    if "://" not in path and not os.path.exists(path):
+        raise ConfigError("--checkpoint", checkpoint, "no such file or folder")
+    parent, _, name = path.rpartition("/")
+    latest = RunStorage(parent or ".", name).latest_checkpoint() if not name.startswith("checkpoint_") else None
+    if latest is not None:
+        path = latest[0]
+    try:
+        with Checkpoint(path).as_directory() as d:
+            model, cfg, meta = load_model(d)
+    except IncompleteCheckpoint:
+        raise ConfigError("--checkpoint", checkpoint, "not a complete checkpoint (no meta.json)") from None
+    return model, cfg.model_dump(mode="json"), {"source": path, "source_run_id": meta.get("mlflow_run_id"),
+                                                "source_metrics": meta.get("metrics", {})}
+
+
+def run_evaluation(ctx: RunContext, model: torch.nn.Module) -> dict[str, Any]:
     """Evaluate on the cluster; returns the aggregated validation metrics."""
+    from elastic_train.launch.fit import share_data
     from elastic_train.launch.ledger import create_ledger
-    from elastic_train.launch.run import share_data
     from elastic_train.launch.trainer import build_evaluator
 
     ledger = create_ledger()
-    evaluator = build_evaluator(cfg, run_name=run_name, storage_path=storage_path, use_gpu=use_gpu,
-                                weights_ref=ray.put(weights_of(model)), data_ref=share_data(bundle), ledger=ledger)
+    evaluator = build_evaluator(ctx, weights_ref=ray.put(weights_of(model)), data_ref=share_data(ctx.bundle), ledger=ledger)
     evaluator.fit()
     metrics = ray.get(ledger.get_final.remote())
     if metrics is None:
         raise RuntimeError("evaluation finished without metrics")
     return metrics
+
+
+def record_evaluation(ctx: RunContext, metrics: dict[str, Any], info: dict[str, Any]) -> None:
+    """The evaluation's metrics and source into its tracking run, which then ends FINISHED."""
+    spec = ctx.tracking
+    if spec is None:
+        return
+    backend = backend_for(spec, ctx.home)
+    writer = backend.writer(spec)
+    writer.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=0)
+    writer.set_tags({"source": info["source"], "source_run_id": info.get("source_run_id") or ""})
+    writer.close()
+    backend.end_run(spec, "FINISHED")

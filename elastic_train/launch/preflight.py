@@ -22,7 +22,6 @@ import ray
 from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import DataBundle, build_data, describe
 from elastic_train.data.batching import BatchPlan
-from elastic_train.launch.trainer import worker_resources
 from elastic_train.models import build_model, count_parameters
 
 
@@ -96,6 +95,14 @@ class PreflightReport:
 
 
 # ---------------------------------------------------------------------------------------- static
+
+
+def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
+    res = dict(cfg.scaling.resources_per_worker or {"CPU": 1.0})
+    if use_gpu:
+        res.setdefault("GPU", 1.0)
+    return res
+
 
 
 def check_static(cfg: JobConfig) -> tuple[DataBundle, int]:

@@ -10,18 +10,12 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 from ray.train.torch import TorchTrainer
 
 from elastic_train.config import JobConfig
+from elastic_train.launch.context import RunContext
+from elastic_train.launch.preflight import worker_resources
 from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
-from tracking.base import TrackingSpec
 
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
-
-
-def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
-    res = dict(cfg.scaling.resources_per_worker or {"CPU": 1.0})
-    if use_gpu:
-        res.setdefault("GPU", 1.0)
-    return res
 
 
 def ray_num_workers(cfg: JobConfig) -> int | tuple[int, int]:
@@ -30,19 +24,15 @@ def ray_num_workers(cfg: JobConfig) -> int | tuple[int, int]:
 
 
 def build_trainer(
-    cfg: JobConfig,
+    ctx: RunContext,
     *,
-    run_name: str,
-    storage_path: str,
-    use_gpu: bool,
-    tracking: TrackingSpec | None = None,
     ledger: Any | None = None,
     log_floor: int = -1,
-    fault: str | None = None,
     callbacks: list[Any] | None = None,
     data_ref: Any | None = None,
 ) -> TorchTrainer:
-    """The TorchTrainer for ``cfg``: elastic scaling, failure budget, checkpoint retention, async upload."""
+    """The TorchTrainer for ``ctx``: elastic scaling, failure budget, checkpoint retention, async upload."""
+    cfg, run_name, storage_path, use_gpu, tracking = ctx.cfg, ctx.run_name, ctx.storage_path, ctx.use_gpu, ctx.tracking
     # Ray Train's controller polls workers at this period; report() waits for the poll, so the default
     # 2 s makes every checkpoint cost ~2 s. The driver's env is propagated to the controller.
     os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
@@ -55,7 +45,7 @@ def build_trainer(
         tracking=tracking,
         ledger=ledger,
         log_floor=log_floor,
-        fault=fault,
+        fault=ctx.fault,
         progress_bars=sys.stdout.isatty(),
         data_ref=data_ref,
     )
@@ -87,10 +77,9 @@ def build_trainer(
     )
 
 
-def build_evaluator(
-    cfg: JobConfig, *, run_name: str, storage_path: str, use_gpu: bool, weights_ref: Any, data_ref: Any, ledger: Any
-) -> TorchTrainer:
+def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger: Any) -> TorchTrainer:
     """A TorchTrainer that scores a model on the validation set over the configured workers (no checkpoints)."""
+    cfg, run_name, storage_path, use_gpu = ctx.cfg, ctx.run_name, ctx.storage_path, ctx.use_gpu
     from elastic_train.launch.evaluation import evaluate_loop_per_worker
 
     os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))

@@ -1,0 +1,88 @@
+"""``fit(ctx)``: the one way a run trains (``jobs.train`` and every sweep trial call it; DESIGN invariant 6)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from elastic_train.data import DataBundle, TensorSet
+from elastic_train.launch.context import RunContext
+from tracking import backend_for
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How ``fit`` ended. Failures are an outcome, not an exception: the summary and run status still follow."""
+
+    result: Any | None  # Ray Train's Result
+    error: BaseException | None
+    book: dict[str, Any] | None  # the goodput book from the run's ledger
+    status: str  # FINISHED | FAILED | KILLED
+    already_complete: dict[str, Any] | None = None  # {"checkpoint", "meta"}: nothing was left to train
+
+
+def fit(ctx: RunContext, callbacks: list[Any] | None = None) -> Outcome:
+    """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on)."""
+    import ray
+
+    from elastic_train.launch.ledger import create_ledger
+    from elastic_train.launch.trainer import build_trainer
+
+    latest = ctx.storage.latest_checkpoint()
+    if latest and latest[1].get("progress", {}).get("epoch", 0) >= ctx.cfg.train.epochs:
+        return Outcome(None, None, None, "FINISHED", already_complete={"checkpoint": latest[0], "meta": latest[1]})
+    ctx.storage.save_config(ctx.cfg.model_dump(mode="json"))
+    cbs = list(callbacks or []) + _tracking_callbacks(ctx)
+    log_floor = backend_for(ctx.tracking, ctx.home).last_logged_step(ctx.tracking) if ctx.tracking and ctx.resuming else -1
+    ledger = create_ledger()
+    trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs, data_ref=share_data(ctx.bundle))
+    result, error, status = _run(trainer)
+    book = None
+    try:
+        book = ray.get(ledger.get.remote(), timeout=10)
+    except Exception:  # noqa: BLE001 - the ledger is accounting only
+        pass
+    ray.kill(ledger)  # done: nothing else may hold it (the controller's copy of the handle is a borrow)
+    return Outcome(result, error, book, status)
+
+
+def _tracking_callbacks(ctx: RunContext) -> list[Any]:
+    """The backend's checkpoint-copying callback, when the run is tracked and asks for checkpoints."""
+    spec, t, c = ctx.tracking, ctx.cfg.tracking, ctx.cfg.checkpoint
+    if spec is None or t.log_checkpoints == ["none"]:
+        return []
+    callback = backend_for(spec, ctx.home).checkpoint_callback(spec, t.log_checkpoints, c.score, c.score_mode)
+    return [callback] if callback is not None else []
+
+
+def _run(trainer: Any) -> tuple[Any | None, BaseException | None, str]:
+    """``trainer.fit()`` with failures and Ctrl-C turned into a status."""
+    result = error = None
+    status = "FINISHED"
+    # Ray Train's fit() installs a SIGINT handler holding the controller's handle and leaves it installed:
+    # an in-process caller (a notebook, a test session) would keep that controller, and through it the
+    # ledger, alive until the next fit. Put the caller's handler back.
+    sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    try:
+        result = trainer.fit()
+    except KeyboardInterrupt as e:
+        error, status = e, "KILLED"
+    except Exception as e:  # noqa: BLE001 - TrainingFailedError and friends: report, don't crash
+        error, status = e, "FAILED"
+    finally:
+        if sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
+    if result is not None and getattr(result, "error", None) is not None:
+        error, status = result.error, "FAILED"
+    return result, error, status
+
+
+def share_data(bundle: DataBundle | None) -> Any | None:
+    """Put the driver's dataset in the object store so workers skip rebuilding it (None if it won't pickle)."""
+    import ray
+
+    if bundle is None or not (isinstance(bundle.train, TensorSet) and isinstance(bundle.val, TensorSet)):
+        return None
+    return ray.put(bundle)

@@ -1,0 +1,133 @@
+"""After ``fit``: the run summary, the console's summary table, and closing the tracking run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from elastic_train.data import as_numpy_example
+from elastic_train.launch.context import RunContext
+from elastic_train.launch.fit import Outcome
+from tracking import TrackingSpec, backend_for
+
+
+def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
+    """The run summary (``--summary-json``): final metrics, fingerprint, world sizes, goodput, where things are."""
+    spec = ctx.tracking
+    if outcome.already_complete:
+        m = outcome.already_complete["meta"].get("metrics", {})
+        checkpoint = outcome.already_complete["checkpoint"]
+    else:
+        res = outcome.result
+        m = dict(res.metrics or {}) if res is not None else {}
+        checkpoint = res.checkpoint.path if res is not None and res.checkpoint else None
+    book = outcome.book or {}
+    totals = book.get("totals") or {}
+    first = m.get("first_step_unix") or book.get("first_step_unix")
+    summary: dict[str, Any] = {
+        "status": outcome.status,
+        "run_name": ctx.run_name,
+        "final_metrics": {k: m.get(k) for k in ("train_loss", "val_loss", "val_accuracy")},
+        "params_sha256": m.get("params_sha256"),
+        "world_sizes": m.get("world_sizes") or book.get("world_sizes") or [],
+        "restarts": (m.get("goodput") or {}).get("restarts", totals.get("restarts", 0)),
+        "steps": m.get("global_step"),
+        "epochs": m.get("epoch"),
+        "checkpoint": checkpoint,
+        "storage_path": ctx.storage_path,
+        "mlflow_run_id": spec.run_id if spec else None,
+        "tracking_uri": spec.uri if spec else None,
+        "samples_per_second": m.get("samples_per_second"),
+        "samples_per_second_median": m.get("samples_per_second_median"),
+        "time_to_first_step_s": (first - ctx.started) if first else None,
+        "wall_s": time.time() - ctx.started,
+        "goodput": m.get("goodput") or totals,
+        "tracking_unsent": m.get("tracking_unsent", 0),
+        "tracking_spool": m.get("tracking_spool"),
+    }
+    if "val_perplexity" in m:
+        summary["final_metrics"]["val_perplexity"] = m["val_perplexity"]
+    for key in ("mfu", "tokens_per_second", "data_wait_share", "peak_memory_bytes"):
+        summary[key] = m.get(key)
+    if outcome.error is not None:
+        summary["error"] = f"{type(outcome.error).__name__}: {str(outcome.error).strip().splitlines()[0][:500] if str(outcome.error).strip() else ''}"
+    if outcome.already_complete:
+        summary["note"] = "already complete; nothing to train"
+    return summary
+
+
+def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model: bool = True) -> None:
+    """Final model (FINISHED runs; ``log_model=False`` for sweep trials), summary metrics, terminal status."""
+    spec = ctx.tracking
+    if spec is None:
+        return
+    backend = backend_for(spec, ctx.home)
+    writer = backend.writer(spec)
+    final = {f"final_{k}": v for k, v in summary["final_metrics"].items() if isinstance(v, int | float)}
+    goodput = {f"goodput_{k}": v for k, v in (summary.get("goodput") or {}).items() if isinstance(v, int | float)}
+    step = summary.get("steps") or 0
+    writer.log_metrics({**final, **goodput, "restarts": summary["restarts"]}, step=step)
+    writer.set_tags({"world_sizes": summary["world_sizes"], "status_detail": summary.get("error", "ok")})
+    if log_model and outcome.status == "FINISHED" and summary.get("checkpoint") and not outcome.already_complete:
+        try:
+            summary.update(log_checkpoint_model(ctx, spec, summary["checkpoint"]))
+        except Exception as e:  # noqa: BLE001 - the run trained; a model upload failure is reported, not fatal
+            summary["model_error"] = f"{type(e).__name__}: {e}"
+    leftover = writer.close(timeout_s=60)
+    if leftover["unsent"]:
+        summary["tracking_unsent"] = summary.get("tracking_unsent", 0) + leftover["unsent"]
+        summary["tracking_spool"] = leftover["spool_path"]
+    try:
+        backend.end_run(spec, outcome.status)
+    except Exception as e:  # noqa: BLE001
+        summary["tracking_error"] = f"could not set the run status: {e}"
+
+
+def log_checkpoint_model(ctx: RunContext, spec: TrackingSpec, checkpoint_uri: str) -> dict[str, Any]:
+    """Log the model a checkpoint holds as ``spec``'s run model (with its config, to rebuild an evaluation)."""
+    from ray.train import Checkpoint
+
+    from elastic_train.train.state import load_model
+
+    with Checkpoint(checkpoint_uri).as_directory() as d:
+        model, cfg, meta = load_model(d)
+    example = as_numpy_example(ctx.bundle) if ctx.bundle is not None else None
+    metadata = {"elastic_train": {"config": cfg.model_dump(mode="json"), "data_spec": meta["data_spec"],
+                                  "checkpoint": checkpoint_uri, "run_name": ctx.run_name}}
+    return backend_for(spec, ctx.home).log_model(spec, model, example, ctx.cfg.tracking.register_model, metadata)
+
+
+# ---------------------------------------------------------------------------------------- output
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    fm = summary["final_metrics"]
+    rows = [
+        ("run", summary["run_name"]),
+        ("status", summary["status"]),
+        *[(k, _fmt(v)) for k, v in fm.items()],
+        ("steps / epochs", f"{summary['steps']} / {summary['epochs']}"),
+        ("world sizes", " -> ".join(map(str, summary["world_sizes"])) or "-"),
+        ("restarts", summary["restarts"]),
+        ("samples/s (steady)", _fmt(summary["samples_per_second"], ",.0f")),
+        ("time to first step", _fmt(summary["time_to_first_step_s"], ".1f", " s")),
+        ("wall", _fmt(summary["wall_s"], ".1f", " s")),
+        ("goodput", _fmt((summary.get("goodput") or {}).get("goodput_ratio"), ".1%")),
+        ("checkpoint", summary["checkpoint"] or "-"),
+        ("mlflow run", f"{summary['mlflow_run_id']} @ {summary['tracking_uri']}" if summary["mlflow_run_id"] else "off"),
+        ("params sha256", (summary["params_sha256"] or "-")[:16]),
+    ]
+    if summary.get("mfu") is not None:
+        rows.append(("MFU", _fmt(summary["mfu"], ".1%")))
+    if summary.get("tracking_unsent"):
+        rows.append(("unsent metrics", f"{summary['tracking_unsent']} in {summary['tracking_spool']}"))
+    if summary.get("error"):
+        rows.append(("error", summary["error"]))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(["=" * 72, *(f"{k:<{width}}  {v}" for k, v in rows), "=" * 72])
+
+
+def _fmt(v: Any, spec: str = ".4f", unit: str = "") -> str:
+    if v is None:
+        return "-"
+    return f"{v:{spec}}{unit}" if isinstance(v, int | float) else str(v)

@@ -1,0 +1,168 @@
+"""The sweep's plan: its config and name, every mistake in the ``sweep`` section, and how many trials fit at once.
+
+Nothing here starts a trial; :func:`plan_sweep` needs no Ray, :func:`check_concurrency` only reads the cluster's
+resources. Every mistake is a ConfigError naming the field (exit 2) before anything is acquired.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from elastic_train import config as config_mod
+from elastic_train.config import SCORE_METRICS, ConfigError, Distribution, JobConfig
+from elastic_train.launch import context
+from elastic_train.launch.context import RunContext
+from elastic_train.launch.preflight import PreflightReport, worker_resources
+from elastic_train.launch.storage import RunStorage
+
+log = logging.getLogger(__name__)
+
+# Keys a trial may not change: they name the sweep, its storage or its tracking, or are the sweep itself.
+UNSWEEPABLE = ("sweep.", "tracking.", "name", "checkpoint.storage_path")
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    ctx: RunContext  # the sweep's: base config (+ sweep section), run name = sweep name, storage
+    restoring: bool  # a Tune experiment of this name exists: continue it (Tuner.restore)
+
+    @property
+    def cfg(self) -> JobConfig:
+        return self.ctx.cfg
+
+    @property
+    def name(self) -> str:
+        return self.ctx.run_name
+
+    @property
+    def sweep_dir(self) -> str:
+        return RunStorage(self.ctx.storage_path, self.name).uri()
+
+    def header(self) -> str:
+        lines = [f"sweep {self.name}{' (resuming)' if self.restoring else ''}: storage {self.sweep_dir}"]
+        if self.ctx.ray_target:
+            lines.append(f"ray: {self.ctx.ray_target}")
+        if self.ctx.cluster is not None:
+            lines.append(self.ctx.cluster.render())
+        return "\n".join(lines)
+
+
+def plan_sweep(config_path: str | None, overrides: list[str], resume: str | None = None) -> SweepPlan:
+    """Resolve and check the sweep without Ray. ``--resume NAME`` (or a reused ``name``) continues that sweep."""
+    ctx = context.plan(config_path, overrides, resume)
+    validate_sweep(ctx.cfg)
+    ctx = replace(ctx, resuming=False)  # the sweep folder holds no checkpoints of its own; its trials do
+    sweep_dir = RunStorage(ctx.storage_path, ctx.run_name).uri()
+    restoring = _tune_state_exists(sweep_dir)
+    if resume and not restoring:
+        log.warning("sweep %s has no Tune state yet (stopped before its first save): starting it again", resume)
+    return SweepPlan(ctx, restoring)
+
+
+def _tune_state_exists(sweep_dir: str) -> bool:
+    import pyarrow.fs
+
+    fs, base = pyarrow.fs.FileSystem.from_uri(sweep_dir if "://" in sweep_dir else f"file://{sweep_dir}")
+    return fs.get_file_info(f"{base.rstrip('/')}/tuner.pkl").type == pyarrow.fs.FileType.File
+
+
+def validate_sweep(cfg: JobConfig) -> None:
+    """Every mistake in the ``sweep`` section as a ConfigError naming the field, before anything starts."""
+    s = cfg.sweep
+    if s.metric not in SCORE_METRICS:
+        raise ConfigError("sweep.metric", s.metric, f"not a reported metric; use one of {', '.join(SCORE_METRICS)}")
+    if s.search == "optuna" and importlib.util.find_spec("optuna") is None:
+        raise ConfigError("sweep.search", "optuna", "optuna is not installed: pip install 'elastic-train[optuna]'")
+    if s.scheduler == "asha" and s.grace_period > cfg.train.epochs:
+        raise ConfigError("sweep.grace_period", s.grace_period, f"longer than train.epochs={cfg.train.epochs}")
+    known = config_mod.leaf_keys()
+    for key, dist in s.space.items():
+        if key not in known:
+            hint = difflib.get_close_matches(key, sorted(known), n=1)
+            raise ConfigError("sweep.space", key, "unknown config key" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        if key.startswith(UNSWEEPABLE):
+            raise ConfigError("sweep.space", key, "cannot be swept (it names the sweep, its storage or tracking)")
+        if key == "train.epochs" and s.scheduler == "asha":
+            raise ConfigError("sweep.space", key, "asha's budget is train.epochs; do not sweep it (or use scheduler=none)")
+        if s.search == "grid" and dist.type not in ("choice", "grid"):
+            raise ConfigError(f"sweep.space.{key}", dist.type, "search=grid needs choice or grid values")
+        if s.search == "optuna" and dist.type == "grid":
+            raise ConfigError(f"sweep.space.{key}", dist.type, "optuna samples; use choice instead of grid")
+        for value in probe_values(dist):
+            try:
+                config_mod.with_overrides(cfg, {key: value})
+            except ConfigError as e:
+                reason = e.reason if e.field == key else f"{e.field}={e.value!r}: {e.reason}"
+                raise ConfigError(f"sweep.space.{key}", value, reason) from None
+
+
+def probe_values(dist: Distribution) -> list[Any]:
+    """Values that stand for the whole distribution when validating it: the candidates, or the ends and an inner point."""
+    if dist.type in ("choice", "grid"):
+        return list(dist.values or [])
+    lo, hi = dist.low, dist.high
+    if dist.type == "randint":
+        return [int(lo), int(math.ceil(hi)) - 1]
+    # An inner point off any round number: a float range on an integer key fails here, not in a trial.
+    inner = lo * (hi / lo) ** 0.37 if dist.type == "loguniform" else lo + (hi - lo) * 0.37
+    return [lo, inner, hi]
+
+
+# ---------------------------------------------------------------------------------------- concurrency
+
+
+def trial_need(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
+    """What one trial holds at least: its driver's CPUs plus its minimum workers' resources."""
+    need = {"CPU": cfg.sweep.trial_cpus}
+    for k, v in worker_resources(cfg, use_gpu).items():
+        need[k] = need.get(k, 0.0) + v * cfg.scaling.min_workers
+    return need
+
+
+def trials_that_fit(need: dict[str, float], totals: dict[str, float]) -> int:
+    """Trials the cluster holds at once: its total of each resource over one trial's need, the scarcest."""
+    return min((math.floor(totals.get(k, 0.0) / v + 1e-9) for k, v in need.items() if v > 0), default=0)
+
+
+def check_concurrency(cfg: JobConfig, report: PreflightReport, totals: dict[str, float] | None = None) -> int | None:
+    """``sweep.max_concurrent_trials`` resolved against the cluster; ConfigError if it can never hold that many.
+
+    Tune only sees each trial's driver (``sweep.trial_cpus``); the Train workers are placed later by the
+    trial itself. Capping the trials in flight at what the cluster can hold keeps every started trial able
+    to acquire its workers (otherwise trial drivers can take the CPUs their own workers need: a deadlock).
+    """
+    import ray
+
+    totals = totals if totals is not None else ray.cluster_resources()
+    need = _largest_need(cfg, report.use_gpu)
+    fit = trials_that_fit(need, totals)
+    have = {k: totals.get(k, 0.0) for k in need}
+    requested = cfg.sweep.max_concurrent_trials
+    if cfg.scaling.autoscaling:
+        if fit < 1:
+            report.warnings.append(f"no trial fits the cluster yet (each needs {need}); waiting for the autoscaler")
+        return None if requested == "auto" else requested
+    if fit < 1:
+        raise ConfigError("sweep.trial_cpus", cfg.sweep.trial_cpus,
+                          f"each trial needs {need} (its driver plus {cfg.scaling.min_workers} worker(s)); "
+                          f"the cluster has {have}: no trial fits")
+    if requested != "auto" and requested > fit:
+        raise ConfigError("sweep.max_concurrent_trials", requested,
+                          f"the cluster holds at most {fit} trial(s) at once (each needs {need}; it has {have})")
+    return fit if requested == "auto" else requested
+
+
+def _largest_need(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
+    """The need of the hungriest trial the space can produce (only scaling.* keys change it)."""
+    need = trial_need(cfg, use_gpu)
+    for key, dist in cfg.sweep.space.items():
+        if key.startswith("scaling.") and dist.type in ("choice", "grid"):
+            for value in dist.values or []:
+                for k, v in trial_need(config_mod.with_overrides(cfg, {key: value}), use_gpu).items():
+                    need[k] = max(need.get(k, 0.0), v)
+    return need
