@@ -11,7 +11,7 @@ MLFLOW_PORT ?= 5000
 help:
 	@echo "make demo       train the default config (digits, 2 DDP workers) on an embedded local Ray"
 	@echo "make test       the whole test suite (unit, distributed, cluster, e2e)"
-	@echo "make test-fast  unit tests only"
+	@echo "make test-fast  unit tests, in-process only (not slow, no subprocess; < 1 min)"
 	@echo "make lint       ruff + hadolint"
 	@echo "make bench      engine overhead vs plain PyTorch (JSON, ~2 min)"
 	@echo "make bench-all  + recovery (~3 min) and ASHA vs grid sweep cost (~12 min)"
@@ -30,10 +30,12 @@ demo: $(STAMP)
 	$(PY) -m jobs.train --config configs/digits.yaml --summary-json results/demo-summary.json
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
+# Unit tests that run in this process and in seconds; the `slow` (torch.compile, timings) and `subprocess`
+# (real `python -m jobs.*`) ones run in `make test`.
 test-fast: $(STAMP)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -m "not slow and not subprocess" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

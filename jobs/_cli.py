@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 import threading
@@ -16,11 +17,36 @@ from elastic_train.config import ConfigError
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_KILLED = 0, 1, 2, 130
 
 
+# An override written like an option: `--train.lr=0.1`, `-train.lr 0.1`, `--train.lr`.
+_DASHED_OVERRIDE = re.compile(r"-{1,2}(?P<key>[A-Za-z_][\w-]*(?:\.[\w-]+)+)(?:=(?P<value>.*))?", re.DOTALL)
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit code 2 (argparse's own convention)."""
+    """argparse that reports a usage error as one line and exit code 2 (argparse's own convention), and takes
+    ``section.key=value`` overrides anywhere on the line, between options too (as Hydra and torchrun do):
+    ``train.lr=1e-3 --summary-json s.json train.epochs=2``."""
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        args = sys.argv[1:] if args is None else list(args)
+        self._refuse_dashed_overrides(args)
+        return self.parse_intermixed_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see --help)\n")
+
+    def _refuse_dashed_overrides(self, args: list[str]) -> None:
+        """``--train.lr=0.1`` is an override with dashes: say how to write it, not just "unrecognized"."""
+        for i, arg in enumerate(args):
+            if arg == "--":
+                return
+            m = _DASHED_OVERRIDE.fullmatch(arg)
+            if m is None or arg.split("=", 1)[0] in self._option_string_actions:
+                continue
+            value = m["value"]
+            if value is None:  # `--train.lr 0.1`: the value is the next word, if there is one
+                following = args[i + 1] if i + 1 < len(args) else ""
+                value = following if following and not following.startswith("-") and "=" not in following else "VALUE"
+            self.error(f"overrides take no dashes: write {m['key']}={value}")
 
 
 def common_parser(description: str, epilog: str = "") -> ArgumentParser:

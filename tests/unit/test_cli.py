@@ -1,18 +1,64 @@
-"""Bad input through the real CLI: exit code 2, one line naming the field and the value, no traceback."""
+"""Bad input through the CLI: exit code 2, one line naming the field and the value, no traceback, Ray never
+started. Most checks call the job's ``main(argv)`` in this process (a subprocess costs seconds of imports each);
+two real ``python -m jobs.train`` processes (marked ``subprocess``) keep the entry point itself honest."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
+from jobs._cli import common_parser
 from tests.conftest import ROOT
 
 
 def run_cli(*args: str, module: str = "jobs.train", env: dict | None = None) -> subprocess.CompletedProcess:
+    """A real ``python -m MODULE ARGS`` process (tests/unit/test_sweep_config.py uses this too)."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env=env)
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run_main(capsys, monkeypatch, tmp_path):
+    """``run_main(*args, module=...)``: the job's ``main(argv)`` in this process, as ``run_cli`` would see it:
+    the exit code (main's return value, or argparse's SystemExit), stdout and stderr. Fails the test if the job
+    calls ``ray.init``."""
+    import ray
+
+    monkeypatch.chdir(ROOT)  # relative paths (configs/...) resolve as they do for `python -m` from the repo
+    monkeypatch.setenv("ELASTIC_TRAIN_HOME", str(tmp_path))
+    started: list[tuple] = []
+
+    def no_ray(*args, **kwargs):
+        started.append((args, kwargs))
+        raise AssertionError(f"bad input started Ray: ray.init(*{args}, **{kwargs})")
+
+    monkeypatch.setattr(ray, "init", no_ray)
+
+    def run(*args: str, module: str = "jobs.train") -> Ran:
+        was_up = ray.is_initialized()  # the whole suite may have a session Ray up already
+        main = importlib.import_module(module).main
+        capsys.readouterr()
+        try:
+            rc = main(list(args))
+        except SystemExit as e:  # argparse: usage errors (2) and --help (0)
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        out = capsys.readouterr()
+        assert not started, started
+        assert ray.is_initialized() == was_up  # Ray was never started
+        return Ran(rc, out.out, out.err)
+
+    return run
 
 
 @pytest.mark.parametrize(
@@ -39,10 +85,15 @@ def run_cli(*args: str, module: str = "jobs.train", env: dict | None = None) -> 
         (["--config", "configs/nope.yaml"], "--config='configs/nope.yaml'"),
         (["--resume", "never-ran", "checkpoint.storage_path=/tmp/et-nothing-here"], "--resume='never-ran'"),
         (["--bogus-flag"], "--bogus-flag"),
+        # overrides anywhere on the line (Hydra, torchrun): the one after the option still reaches validation
+        (["train.lr=1e-3", "--summary-json", "s.json", "train.epochs=0"], "error: train.epochs=0"),
+        # an override written as an option: say how to write it
+        (["--train.lr=0.1"], "overrides take no dashes: write train.lr=0.1"),
+        (["train.epochs=2", "--train.lr", "0.1"], "overrides take no dashes: write train.lr=0.1"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(args, needle):
-    out = run_cli(*args)
+def test_bad_input_exits_2_with_one_line(run_main, args, needle):
+    out = run_main(*args)
     assert out.returncode == 2, out.stderr + out.stdout
     assert "Traceback" not in out.stderr + out.stdout
     lines = [line for line in out.stderr.splitlines() if line.strip()]
@@ -50,13 +101,50 @@ def test_bad_input_exits_2_with_one_line(args, needle):
     assert "ray:" not in out.stdout  # Ray was never started
 
 
-def test_unparsable_yaml(tmp_path):
+def test_unparsable_yaml(run_main, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: {lr: [\n")
-    out = run_cli("--config", str(bad))
+    out = run_main("--config", str(bad))
     assert out.returncode == 2 and "cannot parse YAML" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_overrides_may_come_anywhere_on_the_line():
+    parser = common_parser("a job")
+    parser.add_argument("--summary-json", metavar="PATH")
+    parser.add_argument("--resume", metavar="NAME")
+    args = parser.parse_args(["train.lr=1e-3", "--summary-json", "s.json", "train.epochs=2", "--config=c.yaml",
+                              "seed=3", "--resume", "r1"])
+    assert args.overrides == ["train.lr=1e-3", "train.epochs=2", "seed=3"]
+    assert (args.summary_json, args.config, args.resume) == ("s.json", "c.yaml", "r1")
+    assert parser.parse_args([]).overrides == []
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["--train.lr=0.1"], "write train.lr=0.1"),
+    (["-train.lr=0.1"], "write train.lr=0.1"),
+    (["--model.hidden_sizes=[8, 8]"], "write model.hidden_sizes=[8, 8]"),
+    (["--train.lr", "0.1"], "write train.lr=0.1"),
+    (["--train.lr"], "write train.lr=VALUE"),
+])
+def test_dashed_overrides_exit_2_with_a_hint(capsys, argv, hint):
+    with pytest.raises(SystemExit) as info:
+        common_parser("a job").parse_args(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"overrides take no dashes: {hint}" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.subprocess
+def test_bad_input_in_a_real_process():
+    """The entry point itself (``python -m``, ``sys.exit(main())``): exit 2, one line, Ray never started."""
+    out = run_cli("trian.lr=0.1")
+    assert out.returncode == 2, out.stderr + out.stdout
+    assert "Traceback" not in out.stderr + out.stdout
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "trian" in lines[0], out.stderr
+    assert "ray:" not in out.stdout
+
+
+@pytest.mark.subprocess
 def test_help_lists_the_submit_line():
     out = run_cli("--help")
     assert out.returncode == 0 and "ray job submit --working-dir ." in out.stdout and "--resume" in out.stdout

@@ -220,6 +220,7 @@ def test_bf16_autocast_runs_on_cpu_and_learns():
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
 
 
+@pytest.mark.slow  # 43 steps at the gpt preset's sizes, twice: ~5 s each, and a timing share a loaded box can miss
 @pytest.mark.parametrize("data", ["synthetic_tokens", "text"])
 def test_data_wait_share_stays_under_2_percent(tmp_path, data):
     """The gpt preset's own sizes, one process (no other threads to contend with): the time spent fetching
@@ -229,6 +230,7 @@ def test_data_wait_share_stays_under_2_percent(tmp_path, data):
     assert share < 0.02
 
 
+@pytest.mark.slow  # torch.compile: an inductor build (seconds, more on a cold cache)
 def test_compile_path_matches_eager():
     eager = train_losses(cfg_for(), 3)
     compiled = train_losses(cfg_for("train.compile=true"), 3)
@@ -291,6 +293,7 @@ def test_step_result_window_accepts_plain_tensors():
 # ------------------------------------------------------------------------------------------- CLI exit 2
 
 
+@pytest.mark.subprocess  # python -m jobs.train per case
 @pytest.mark.parametrize(
     "overrides, field",
     [
@@ -333,6 +336,7 @@ def torch_alone(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(root)}
 
 
+@pytest.mark.subprocess  # python -S bench/gpu.py
 def test_bench_gpu_smoke_runs_with_torch_alone(tmp_path):
     """bench/gpu.py drives the engine where only torch and numpy are installed (the GPU box)."""
     env = torch_alone(tmp_path)

@@ -159,6 +159,7 @@ def test_table_csv_and_plot(tmp_path):
 # ---------------------------------------------------------------------------------------- the real CLI
 
 
+@pytest.mark.subprocess  # python -m jobs.sweep per case
 @pytest.mark.parametrize("args, needle", [
     (["sweep.space={train.lrr: {type: choice, values: [1]}}"], "sweep.space='train.lrr'"),
     (["sweep.space.train.global_batch_size.values=[]"], "sweep.space.train.global_batch_size="),
@@ -179,12 +180,14 @@ def test_bad_input_exits_2_with_one_line(args, needle):
     assert "ray:" not in out.stdout  # nothing was started
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(importlib.util.find_spec("optuna") is not None, reason="optuna is installed")
 def test_optuna_missing_exits_2():
     out = run_cli("--config", PRESET, "sweep.search=optuna", module="jobs.sweep")
     assert out.returncode == 2 and "pip install 'elastic-train[optuna]'" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.subprocess
 def test_help_lists_the_submit_line():
     out = run_cli("--help", module="jobs.sweep")
     assert out.returncode == 0 and "ray job submit --working-dir . -- python -m jobs.sweep --config configs/sweep-digits.yaml" in out.stdout
