@@ -114,7 +114,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("wall", _fmt(summary["wall_s"], ".1f", " s")),
         ("goodput", _fmt((summary.get("goodput") or {}).get("goodput_ratio"), ".1%")),
         ("checkpoint", summary["checkpoint"] or "-"),
-        ("mlflow run", f"{summary['mlflow_run_id']} @ {summary['tracking_uri']}" if summary["mlflow_run_id"] else "off"),
+        ("tracking run", f"{summary['mlflow_run_id']} @ {summary['tracking_uri']}" if summary["mlflow_run_id"] else "off"),
         ("params sha256", (summary["params_sha256"] or "-")[:16]),
     ]
     if summary.get("mfu") is not None:
