@@ -12,7 +12,7 @@ help:
 	@echo "make demo       train the default config (digits, 2 DDP workers) on an embedded local Ray"
 	@echo "make test       the whole test suite (unit, distributed, cluster, e2e)"
 	@echo "make test-fast  unit tests, in-process only (not slow, no subprocess; < 1 min)"
-	@echo "make lint       ruff + hadolint"
+	@echo "make lint       ruff, import-linter contracts (pyproject.toml), hadolint"
 	@echo "make bench      engine overhead vs plain PyTorch (JSON, ~2 min)"
 	@echo "make bench-all  + recovery (~3 min) and ASHA vs grid sweep cost (~12 min)"
 	@echo "make mlflow-ui  browse the embedded MLflow store on http://127.0.0.1:$(MLFLOW_PORT)"
@@ -39,6 +39,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint Dockerfile
 
 bench: $(STAMP)

@@ -151,18 +151,19 @@ def test_help_lists_the_submit_line():
 
 
 def test_resume_refuses_settings_that_would_break_the_checkpoint(tmp_path):
+    from elastic_train import config as config_mod
     from elastic_train.config import ConfigError
-    from elastic_train.launch import run as driver
+    from elastic_train.launch import context
     from elastic_train.launch.storage import RunStorage
 
     store = RunStorage(str(tmp_path), "r1")
-    store.save_config(driver.config_mod.load(None, ["name=r1"]).model_dump(mode="json"))
+    store.save_config(config_mod.load(None, ["name=r1"]).model_dump(mode="json"))
     (tmp_path / "r1" / "checkpoint_000000005").mkdir()
     (tmp_path / "r1" / "checkpoint_000000005" / "meta.json").write_text("{}")
-    ok = driver.plan_launch(None, ["name=r1", f"checkpoint.storage_path={tmp_path}", "train.epochs=20"])
+    ok = context.plan(None, ["name=r1", f"checkpoint.storage_path={tmp_path}", "train.epochs=20"])
     assert ok.resuming and ok.cfg.train.epochs == 20  # training longer is fine
     for change, field in [("model.hidden_sizes=[8]", "model.hidden_sizes"), ("train.global_batch_size=64", "train.global_batch_size"),
                           ("scaling.strategy=fsdp", "scaling.strategy"), ("seed=3", "seed")]:
         with pytest.raises(ConfigError) as info:
-            driver.plan_launch(None, ["name=r1", f"checkpoint.storage_path={tmp_path}", change])
+            context.plan(None, ["name=r1", f"checkpoint.storage_path={tmp_path}", change])
         assert info.value.field == field and "resumed" in str(info.value)
