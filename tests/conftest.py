@@ -14,6 +14,15 @@ os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+# torch's intra-op pool spins at its barriers: on a 2-core box that other processes (Ray workers, another
+# pytest) also keep busy, two threads made the in-process unit tests ~4x slower than one (make test-fast: 49 s
+# vs 16 s under a load of ~4.5; the same ~10-15 s on an idle box). One thread in the test process itself;
+# subprocesses and Ray workers are left alone, and an explicit OMP_NUM_THREADS wins.
+if "OMP_NUM_THREADS" not in os.environ:
+    import torch
+
+    torch.set_num_threads(1)
+
 
 RAY_TEST_CPUS = 4  # logical CPUs on a 2-core box: 2 workers plus drivers and sweep trials
 
