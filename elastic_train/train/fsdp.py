@@ -11,7 +11,8 @@ each chunk's offsets, so a load on any world size reads exactly the pieces its n
 2 workers resumes on 1 or 4. Keys are canonical parameter names (no ``_orig_mod`` / wrapper prefixes), the
 same names ``model.pt`` of a DDP run uses.
 
-Only torch here: no Ray, no MLflow.
+Only torch here: no Ray, no MLflow, and nothing from the rest of the package (the FSDP strategy in
+strategy.py calls these, and names the checkpoint's ``dcp/`` folder).
 """
 
 from __future__ import annotations
@@ -33,21 +34,14 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 
 try:
-    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 except ImportError:  # torch < 2.6 kept FSDP2 under _composable
-    from torch.distributed._composable.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-
-from elastic_train.train.state import DCP_DIR
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
 
 if TYPE_CHECKING:
     from elastic_train.config import JobConfig
 
 _COMPUTE_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def is_sharded(model: nn.Module) -> bool:
-    """Whether ``model`` is (rooted in) an FSDP2 module."""
-    return isinstance(model, FSDPModule)
 
 
 def mixed_precision(precision: str) -> MixedPrecisionPolicy:
@@ -118,11 +112,12 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: full[k] for k in order if k in full}
 
 
-def load_full_model_state(checkpoint_dir: str | Path) -> dict[str, torch.Tensor]:
-    """The model weights of a sharded checkpoint as one plain state_dict, read without a process group."""
+def load_full_model_state(directory: str | Path) -> dict[str, torch.Tensor]:
+    """The model weights of a DCP folder (a checkpoint's ``dcp/``) as one plain state_dict, read without a
+    process group."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    path = Path(checkpoint_dir) / DCP_DIR
+    path = Path(directory)
     meta = dcp.FileSystemReader(str(path)).read_metadata()
     weights = {
         key.removeprefix("model."): torch.empty(m.size, dtype=m.properties.dtype)

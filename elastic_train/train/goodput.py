@@ -4,12 +4,17 @@ Rank 0 keeps a :class:`GoodputBook`; after each log interval it pushes the book 
 that outlives worker groups). When a worker group restarts, the new rank 0 reads the last book back and
 charges the failure: the time from the last heartbeat before it to the first step after it, and the steps
 (and their time) done after the restored checkpoint, which must now be recomputed.
+
+:class:`GoodputReporter` is the book together with its ledger; the ledger is any object with ``put`` and
+``get`` (worker.py wraps the Ray actor handle), so nothing here imports Ray.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from elastic_train.train.state import Goodput
 
@@ -82,3 +87,49 @@ class GoodputBook:
         self.totals.productive_s += productive_s
         self.totals.checkpoint_s += checkpoint_s
         self.last_step, self.last_time = global_step, now
+
+
+class Ledger(Protocol):
+    """Where the book outlives a worker group (worker.py: the run's ledger actor)."""
+
+    def put(self, book: dict[str, Any]) -> None: ...  # fire and forget
+
+    def get(self) -> dict[str, Any] | None: ...
+
+
+class GoodputReporter:
+    """Rank 0's book and its copy in the ledger; with no ledger (other ranks, no ledger) the book stays local."""
+
+    PUSH_EVERY_S = 0.25
+
+    def __init__(self, ledger: Ledger | None, say: Callable[[str], None]):
+        self.ledger, self.say = ledger, say
+        self.book = GoodputBook()
+        self._pushed = float("-inf")
+
+    def begin_attempt(
+        self, world_size: int, restored_step: int | None, restored: Goodput | None, restored_sizes: list[int]
+    ) -> dict[str, Any]:
+        """Read the run's book back (a new one when there is none) and open this attempt in it."""
+        previous = self._fetch()
+        self.book = GoodputBook.from_dict(previous) if previous else GoodputBook()
+        return self.book.begin_attempt(time.time(), world_size, restored_step, restored, restored_sizes)
+
+    def push(self, force: bool = False) -> None:
+        """Save the book to the ledger (fire and forget), at most every 0.25 s unless forced."""
+        if self.ledger is None:
+            return
+        now = time.monotonic()
+        if force or now - self._pushed >= self.PUSH_EVERY_S:
+            self._pushed = now
+            self.ledger.put(self.book.to_dict())
+
+    def _fetch(self) -> dict[str, Any] | None:
+        """The run's last book; accounting must never stop training, so errors are None."""
+        if self.ledger is None:
+            return None
+        try:
+            return self.ledger.get()
+        except Exception as e:  # noqa: BLE001
+            self.say(f"goodput ledger unavailable ({type(e).__name__}); accounting restarts")
+            return None

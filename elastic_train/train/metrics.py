@@ -18,7 +18,7 @@ from torch import nn
 
 from elastic_train.data import DataSpec
 from elastic_train.train.loop import StepResult
-from elastic_train.train.state import unwrap
+from elastic_train.train.strategy import unwrap
 
 if TYPE_CHECKING:  # pydantic-free at run time
     from elastic_train.config import JobConfig

@@ -2,15 +2,16 @@
 
 A checkpoint is a directory with fixed file names::
 
-    model.pt            the unwrapped model's state_dict (rank 0; sharded models use dcp/ instead)
-    dcp/                FSDP only: model and optimizer shards, torch.distributed.checkpoint (every rank)
+    model.pt            DDP: the unwrapped model's state_dict (rank 0)
+    dcp/                FSDP: model and optimizer shards, torch.distributed.checkpoint (every rank)
     train_state.pt      optimizer, LR schedule, grad scaler, progress, counters (rank 0; FSDP: no optimizer)
     rng/rank_<r>.pt     Python, NumPy and torch CPU/CUDA RNG states of worker r (every rank)
     meta.json           progress, metrics, world size, the resolved config; written last (rank 0)
 
-Every file is written to a temporary name and renamed into place, and ``meta.json`` goes last: a directory
-without it is incomplete and is refused on load, so a crash during a save never yields a half checkpoint.
-No Ray and no MLflow here.
+The strategy (strategy.py) writes and reads the first two; this module the rest, without asking which
+strategy it holds. Every file is written to a temporary name and renamed into place, and ``meta.json`` goes
+last: a directory without it is incomplete and is refused on load, so a crash during a save never yields a
+half checkpoint. No Ray and no MLflow here.
 """
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ import torch
 from torch import nn
 
 from elastic_train.train.loop import Precision
+from elastic_train.train.strategy import DDPStrategy, Strategy, atomic_torch_save, saved_by
 
 FORMAT_VERSION = 1
 META = "meta.json"
-MODEL = "model.pt"
-DCP_DIR = "dcp"  # sharded (FSDP) model + optimizer state; see elastic_train.train.fsdp
 TRAIN_STATE = "train_state.pt"
 
 
@@ -52,6 +52,10 @@ class Progress:
         if self.step_in_epoch >= steps_per_epoch:
             self.epoch += 1
             self.step_in_epoch = 0
+
+    def epoch_label(self) -> int:
+        """1-based epoch in progress (the one just finished at an epoch boundary)."""
+        return self.epoch if self.step_in_epoch == 0 else self.epoch + 1
 
 
 @dataclass
@@ -83,17 +87,6 @@ class RunRecord:
     best_score: float | None = None
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    """The user's module inside DDP / torch.compile wrappers."""
-    while True:
-        if hasattr(model, "module") and isinstance(model.module, nn.Module):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        else:
-            return model
-
-
 def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {
         "python": random.getstate(),
@@ -119,12 +112,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def _atomic_write_text(text: str, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -135,16 +122,11 @@ class IncompleteCheckpoint(RuntimeError):
     pass
 
 
-def _is_sharded(model: nn.Module) -> bool:
-    if not torch.distributed.is_available():
-        return False
-    from elastic_train.train.fsdp import is_sharded
-
-    return is_sharded(model)
-
-
 class TrainState:
-    """Model, optimizer, schedule, scaler, RNG, progress and run record, saved and restored together."""
+    """Model, optimizer, schedule, scaler, RNG, progress and run record, saved and restored together.
+
+    ``strategy`` (DDP when not given) writes and reads the model's files, and the optimizer's when it shards it.
+    """
 
     def __init__(
         self,
@@ -152,13 +134,14 @@ class TrainState:
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         precision: Precision,
+        strategy: Strategy | None = None,
         progress: Progress | None = None,
         record: RunRecord | None = None,
     ):
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
+        self.strategy = strategy or DDPStrategy()
         self.progress = progress or Progress()
         self.record = record or RunRecord()
-        self.sharded = _is_sharded(model)  # FSDP: weights and optimizer state live in dcp/, not model.pt
         # Global (all-worker) sums [loss, correct, samples] of the epoch in progress and of the last one
         # completed: the final train_loss is the same whether or not the run was interrupted.
         self.epoch_sums = [0.0, 0.0, 0.0]
@@ -180,17 +163,13 @@ class TrainState:
     # ------------------------------------------------------------------------------ state_dict
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         """The full weights; for a sharded model a collective that every rank calls ({} except on rank 0)."""
-        if self.sharded:
-            from elastic_train.train.fsdp import full_model_state
-
-            return full_model_state(self.model)
-        return unwrap(self.model).state_dict()
+        return self.strategy.model_state_dict(self.model)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything but the model weights and RNG (those have files of their own)."""
         return {
             "format_version": FORMAT_VERSION,
-            "optimizer": None if self.sharded else self.optimizer.state_dict(),  # sharded: in dcp/
+            "optimizer": self.strategy.optimizer_state_dict(self.optimizer),  # None when sharded: in dcp/
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.precision.scaler.state_dict() if self.precision.scaler else None,
             "progress": asdict(self.progress),
@@ -217,16 +196,11 @@ class TrainState:
         """Write this rank's part of a checkpoint into ``directory`` (rank 0 writes meta.json last)."""
         d = Path(directory)
         (d / "rng").mkdir(parents=True, exist_ok=True)
-        _atomic_torch_save(rng_state(), d / "rng" / f"rank_{rank}.pt")
-        if self.sharded:  # collective: returns once every rank's shards and rank 0's index are written
-            from elastic_train.train.fsdp import save_sharded
-
-            save_sharded(self.model, self.optimizer, d / DCP_DIR)
+        atomic_torch_save(rng_state(), d / "rng" / f"rank_{rank}.pt")
+        self.strategy.save(self.model, self.optimizer, d, rank)  # sharded: a collective
         if rank != 0:
             return
-        if not self.sharded:
-            _atomic_torch_save(self.model_state_dict(), d / MODEL)
-        _atomic_torch_save(self.state_dict(), d / TRAIN_STATE)
+        atomic_torch_save(self.state_dict(), d / TRAIN_STATE)
         full_meta = {
             "format_version": FORMAT_VERSION,
             "progress": asdict(self.progress),
@@ -241,16 +215,8 @@ class TrainState:
         """Restore from ``directory``; returns whether this rank's RNG state was found (same world size)."""
         d = Path(directory)
         read_meta(d)  # refuses an incomplete checkpoint
-        if self.sharded != (d / DCP_DIR).is_dir():
-            saved, now = ("fsdp", "ddp") if (d / DCP_DIR).is_dir() else ("ddp", "fsdp")
-            raise RuntimeError(f"{d.name} was saved with scaling.strategy={saved}; resume it with {saved}, not {now}")
-        if self.sharded:  # collective; reshards to the current world size
-            from elastic_train.train.fsdp import load_sharded
-
-            load_sharded(self.model, self.optimizer, d / DCP_DIR)
-        else:
-            weights = torch.load(d / MODEL, map_location=map_location, weights_only=True)
-            unwrap(self.model).load_state_dict(weights)
+        self.strategy.check_resumable(d)
+        self.strategy.load(self.model, self.optimizer, d, map_location)  # sharded: a collective
         self.load_state_dict(torch.load(d / TRAIN_STATE, map_location=map_location, weights_only=False))
         rng_file = d / "rng" / f"rank_{rank}.pt"
         if rng_file.exists():
@@ -293,11 +259,8 @@ def load_model(directory: str | Path, map_location: str = "cpu") -> tuple[nn.Mod
     spec_d = dict(meta["data_spec"])
     spec_d["input_shape"] = tuple(spec_d["input_shape"])
     model = build_model(cfg, DataSpec(**spec_d))
-    weights_file = Path(directory) / MODEL
-    if weights_file.exists():
-        model.load_state_dict(torch.load(weights_file, map_location=map_location, weights_only=True))
-    else:  # a sharded (FSDP) checkpoint: consolidate its dcp/ folder
-        from elastic_train.train.fsdp import load_full_model_state
-
-        model.load_state_dict(load_full_model_state(directory))
+    strategy = saved_by(directory)  # a sharded checkpoint's dcp/ folder is consolidated
+    if strategy is None:
+        raise IncompleteCheckpoint(f"{directory} holds no model weights")
+    model.load_state_dict(strategy.read_weights(Path(directory), map_location))
     return model.eval(), cfg, meta

@@ -1,0 +1,82 @@
+"""When to checkpoint: step, time and epoch cadence, and the preemption decision.
+
+Only *sync points* can checkpoint: steps where every rank all-reduces its metrics window together with rank
+0's flags (log cadence, step checkpoints, epoch ends), so every rank takes the same decision on the same step.
+Time is read on rank 0 only and travels in those flags. Preemption is asked at most every
+``PREEMPTION_CHECK_S``: the worker passes in ``ray.train.get_preemption_info`` (a barrier every rank reaches
+on the same step), so nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pydantic-free at run time
+    from elastic_train.config import JobConfig
+    from elastic_train.train.state import Progress
+
+PREEMPTION_CHECK_S = 2.0
+
+
+class CheckpointPolicy:
+    """Sync points and checkpoint reasons for one attempt; its clocks start when it is built (with the loop)."""
+
+    def __init__(self, cfg: JobConfig, preemption_info: Callable[[], Any], say: Callable[[str], None]):
+        self.cfg, self.preemption_info, self.say = cfg, preemption_info, say
+        self.last_checkpoint = time.monotonic()
+        self.last_preemption_check = time.monotonic()
+        self.preemption_saved = False
+        self._flags_time = 0.0
+
+    def is_sync_point(self, global_step: int, step_in_epoch: int) -> bool:
+        """Steps where every rank all-reduces metrics and flags: log cadence, step checkpoints, epoch ends."""
+        every = self.cfg.checkpoint.every_steps
+        return (
+            global_step % self.cfg.tracking.log_every_steps == 0
+            or step_in_epoch == 0
+            or bool(every and global_step % every == 0)
+        )
+
+    def flags(self) -> dict[str, bool]:
+        """Rank 0's time-based decisions, to be reduced (broadcast) with the metrics window."""
+        now = self._flags_time = time.monotonic()
+        every = self.cfg.checkpoint.every_seconds
+        return {
+            "time_checkpoint": bool(every and now - self.last_checkpoint >= every),
+            "check_preemption": now - self.last_preemption_check >= PREEMPTION_CHECK_S,
+        }
+
+    def synced(self, flags: dict[str, bool]) -> None:
+        """The reduced flags are every rank's: a preemption check they ask for counts from when they were read."""
+        if flags["check_preemption"]:
+            self.last_preemption_check = self._flags_time
+
+    def reason(self, flags: dict[str, bool], progress: Progress, epoch_end: bool) -> str | None:
+        """Why to checkpoint now (``final``, ``epoch end``, ``every N steps``, ``every T s``, ``preemption``)."""
+        cfg, p = self.cfg, progress
+        reason = None
+        if p.epoch >= cfg.train.epochs and epoch_end:
+            reason = "final"
+        elif epoch_end and cfg.checkpoint.at_epoch_end:
+            reason = "epoch end"
+        elif cfg.checkpoint.every_steps and p.global_step % cfg.checkpoint.every_steps == 0:
+            reason = f"every {cfg.checkpoint.every_steps} steps"
+        elif flags["time_checkpoint"]:
+            reason = f"every {cfg.checkpoint.every_seconds:g} s"
+        if flags["check_preemption"] and not self.preemption_saved and self._preempted():
+            reason = "preemption"  # a checkpoint due anyway now doubles as the just-in-time one
+        return reason
+
+    def checkpointed(self) -> None:
+        self.last_checkpoint = time.monotonic()
+
+    def _preempted(self) -> bool:
+        info = self.preemption_info()  # a barrier: every rank reaches it on the same step
+        if info is None:
+            return False
+        self.preemption_saved = True
+        left = (info.deadline_ms / 1000 - time.time()) if info.deadline_ms else float("nan")
+        self.say(f"preemption of node(s) {info.preempted_node_ids}; {left:.0f} s left: saving now")
+        return True
