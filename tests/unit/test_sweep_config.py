@@ -10,7 +10,13 @@ import pytest
 
 from elastic_train import config as config_mod
 from elastic_train.config import ConfigError, Distribution
-from elastic_train.sweep.plan import check_concurrency, probe_values, trial_need, trials_that_fit, validate_sweep
+from elastic_train.sweep.plan import (
+    check_concurrency,
+    probe_values,
+    trial_need,
+    trials_that_fit,
+    validate_sweep,
+)
 from elastic_train.sweep.results import TrialRow, plot_sweep, render_table, write_results_csv
 from elastic_train.sweep.tuner import make_scheduler, tune_space
 from tests.conftest import ROOT
