@@ -1,4 +1,4 @@
-"""Distributed evaluation of a trained model: every worker scores its shard of the validation set.
+"""Distributed evaluation of a trained model, the driver's side (the workers' is ``train.worker.evaluate_loop_per_worker``).
 
 The driver loads the model once (from a checkpoint or an MLflow model) and ships its weights and the data
 through the object store; each worker rebuilds the module, evaluates its contiguous validation shard and
@@ -12,47 +12,12 @@ import os
 from typing import Any
 
 import ray
-import ray.train
 import torch
-import torch.distributed as dist
 
-from elastic_train.config import ConfigError, JobConfig
-from elastic_train.data import build_data
-from elastic_train.data.batching import BatchPlan
-from elastic_train.data.loader import WorkerData
+from elastic_train.config import ConfigError
 from elastic_train.launch.context import RunContext
-from elastic_train.models import build_model
-from elastic_train.train.loop import Precision, evaluate
-from elastic_train.train.metrics import eval_metrics
+from elastic_train.train.evaluator import weights_of
 from tracking import TrackingBackend, backend_for
-
-
-def evaluate_loop_per_worker(args: dict[str, Any]) -> None:
-    cfg = JobConfig.model_validate(args["config"])
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    bundle = ray.get(args["data_ref"]) if args.get("data_ref") is not None else build_data(cfg)
-    model = build_model(cfg, bundle.spec)
-    model.load_state_dict(ray.get(args["weights_ref"]))
-    model.to(device)
-    plan = BatchPlan(max(cfg.train.global_batch_size, world), world)
-    data = WorkerData(bundle, plan, rank, cfg.seed, device, loader_workers=0)
-    batch = 256 if bundle.spec.kind == "classification" else 8
-    totals = evaluate(model, data.val_batches(batch), Precision.create(cfg.train.precision, device), device)
-    if world > 1:
-        dist.all_reduce(totals)
-    loss_sum, correct, n = totals.tolist()
-    metrics = eval_metrics(loss_sum, correct, n, bundle.spec) | {"val_samples": int(n), "world_size": world}
-    if rank == 0 and args.get("ledger") is not None:
-        ray.get(args["ledger"].put_final.remote(metrics))
-
-
-def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
-
-
-# ---------------------------------------------------------------------------------------- driver side
 
 
 def load_source(checkpoint: str | None, model_uri: str | None, backend: TrackingBackend) -> tuple[torch.nn.Module, dict, dict]:

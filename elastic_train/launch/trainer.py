@@ -80,7 +80,7 @@ def build_trainer(
 def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger: Any) -> TorchTrainer:
     """A TorchTrainer that scores a model on the validation set over the configured workers (no checkpoints)."""
     cfg, run_name, storage_path, use_gpu = ctx.cfg, ctx.run_name, ctx.storage_path, ctx.use_gpu
-    from elastic_train.launch.evaluation import evaluate_loop_per_worker
+    from elastic_train.train.worker import evaluate_loop_per_worker
 
     os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
     return TorchTrainer(
