@@ -145,7 +145,9 @@ def run_engine(cfg: NS, bundle: Any, device: torch.device, strategy: str) -> dic
     else:
         model.to(device)
         if strategy == "ddp":
-            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None
+            )
     precision = Precision.create(cfg.train.precision, device, sharded=strategy == "fsdp")
     loss_fn = loss_function(cfg.train.compile)
     optimizer = make_optimizer(model, cfg.train)
@@ -273,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             out[name] = {"skipped": f"over --budget-s {a.budget_s:g}"}
             continue
         t0 = time.perf_counter()
-        out[name] = run_plain(cfg, bundle, device) if name == "plain" else run_engine(cfg, bundle, device, ENGINE_RUNS[name])
+        out[name] = (
+            run_plain(cfg, bundle, device) if name == "plain" else run_engine(cfg, bundle, device, ENGINE_RUNS[name])
+        )
         out[name]["run_wall_s"] = time.perf_counter() - t0
         print(f"{name}: {json.dumps(out[name])}", file=sys.stderr, flush=True)
         free(device)

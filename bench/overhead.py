@@ -51,7 +51,9 @@ def plain_loop(epochs: int, samples: int) -> dict[str, float]:
 
     bundle = build_data(load(None, task_overrides(epochs, samples)))
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10))
+    model = nn.Sequential(
+        nn.Flatten(), nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10)
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = DataLoader(TensorDataset(bundle.train.x, bundle.train.y), batch_size=256, shuffle=True, drop_last=True)
     loss_fn = nn.CrossEntropyLoss()
@@ -81,7 +83,9 @@ def engine(epochs: int, samples: int, tracking: bool, home: Path) -> dict[str, f
 
     summary = home / f"summary-{tracking}.json"
     overrides = task_overrides(epochs, samples) + [
-        f"tracking.enabled={str(tracking).lower()}", "tracking.log_every_steps=1", f"checkpoint.storage_path={home / 'results'}",
+        f"tracking.enabled={str(tracking).lower()}",
+        "tracking.log_every_steps=1",
+        f"checkpoint.storage_path={home / 'results'}",
     ]
     rc = train.main(["--config", str(ROOT / "configs/digits.yaml"), *overrides, "--summary-json", str(summary)])
     if rc != 0:
@@ -134,7 +138,8 @@ def main() -> None:
         "engine_no_tracking_samples_per_second": round(without[med], 1),
         "ratio": round(with_tracking[med] / plain[med], 3),
         "tracking_ratio": round(with_tracking[med] / without[med], 3),
-        "mean_based": {"plain": round(plain["samples_per_second"], 1), "engine": round(with_tracking["samples_per_second"], 1),
+        "mean_based": {"plain": round(plain["samples_per_second"], 1),
+                       "engine": round(with_tracking["samples_per_second"], 1),
                        "engine_no_tracking": round(without["samples_per_second"], 1),
                        "ratio": round(with_tracking["samples_per_second"] / plain["samples_per_second"], 3)},
         "goal_ratio": 0.97,

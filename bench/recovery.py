@@ -66,7 +66,8 @@ def checkpoint_share(home: Path) -> dict:
     assert rc == 0, rc
     g = json.loads(summary.read_text())["goodput"]
     epochs = 3  # one checkpoint per epoch end at the default cadence (the last one is the final)
-    return {"checkpoint_s": g["checkpoint_s"], "productive_s": g["productive_s"], "per_checkpoint_s": g["checkpoint_s"] / epochs,
+    return {"checkpoint_s": g["checkpoint_s"], "productive_s": g["productive_s"],
+            "per_checkpoint_s": g["checkpoint_s"] / epochs,
             "share": g["checkpoint_s"] / (g["checkpoint_s"] + g["productive_s"])}
 
 

@@ -68,7 +68,8 @@ def run(home: Path, name: str, args: argparse.Namespace, *overrides: str) -> dic
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=9, help="every trial's budget (ASHA's max_t)")
-    p.add_argument("--lrs", type=lambda s: [float(x) for x in s.split(",")], default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2])
+    p.add_argument("--lrs", type=lambda s: [float(x) for x in s.split(",")],
+                   default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2])
     p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256])
     p.add_argument("--reduction-factor", type=float, default=3.0)
     p.add_argument("--concurrency", default="auto", help="sweep.max_concurrent_trials for both sweeps")
@@ -92,7 +93,9 @@ def main() -> int:
             ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, logging_level="ERROR")
         try:
             grid = run(home, "grid", args, "sweep.scheduler=none")
-            asha_flags = ("sweep.scheduler=asha", "sweep.grace_period=1", f"sweep.reduction_factor={args.reduction_factor}")
+            asha_flags = (
+                "sweep.scheduler=asha", "sweep.grace_period=1", f"sweep.reduction_factor={args.reduction_factor}"
+            )
             shuffled = list(args.lrs)
             random.Random(args.seed).shuffle(shuffled)
             asha = run(home, "asha", argparse.Namespace(**{**vars(args), "lrs": shuffled}), *asha_flags)

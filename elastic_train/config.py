@@ -279,10 +279,16 @@ class JobConfig(Section):
         g, max_w = self.train.global_batch_size, self.scaling.max_workers
         if g < max_w:
             raise ConfigError(
-                "train.global_batch_size", g, f"smaller than the maximum worker count {max_w}; every worker needs a sample"
+                "train.global_batch_size",
+                g,
+                f"smaller than the maximum worker count {max_w}; every worker needs a sample",
             )
         if self.checkpoint.score not in SCORE_METRICS:
-            raise ConfigError("checkpoint.score", self.checkpoint.score, f"not a reported metric; use one of {', '.join(SCORE_METRICS)}")
+            raise ConfigError(
+                "checkpoint.score",
+                self.checkpoint.score,
+                f"not a reported metric; use one of {', '.join(SCORE_METRICS)}",
+            )
         if self.model.name == "gpt" and self.model.d_model % self.model.n_head:
             raise ConfigError("model.d_model", self.model.d_model, f"not divisible by model.n_head={self.model.n_head}")
         return self
@@ -451,7 +457,9 @@ def _to_config_error(e: ValidationError, tree: dict[str, Any]) -> ConfigError:
         known = sorted(section.model_fields) if section else []
         hint = difflib.get_close_matches(loc[-1], known, n=1)
         where = ".".join(loc[:-1]) or "top level"
-        reason = f"unknown key in {where}" + (f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}")
+        reason = f"unknown key in {where}" + (
+            f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
+        )
         return ConfigError(field, value, reason)
     reason = err["msg"].removeprefix("Value error, ")
     more = len(e.errors()) - 1

@@ -99,7 +99,9 @@ class MlflowTracker:
         import mlflow.pytorch
 
         self.flush(timeout_s=60)
-        return _with_tracking_uri(self.spec.uri, lambda: mlflow.pytorch.log_model(model, run_id=self.spec.run_id, **kwargs))
+        return _with_tracking_uri(
+            self.spec.uri, lambda: mlflow.pytorch.log_model(model, run_id=self.spec.run_id, **kwargs)
+        )
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything queued so far is sent; False when the deadline passed first."""

@@ -64,7 +64,9 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
             return
     except urllib.error.HTTPError as e:
         if e.code in (401, 403):
-            raise TrackingUnavailable(f"{uri} refused the credentials (HTTP {e.code}); set MLFLOW_TRACKING_USERNAME/PASSWORD") from None
+            raise TrackingUnavailable(
+                f"{uri} refused the credentials (HTTP {e.code}); set MLFLOW_TRACKING_USERNAME/PASSWORD"
+            ) from None
         if e.code < 500:
             return  # the server answered (e.g. 404 for a missing experiment): it is up
         raise TrackingUnavailable(f"{uri} answered HTTP {e.code}") from None
@@ -93,7 +95,9 @@ def find_run(client: Any, experiment_id: str, run_name: str, parent_run_id: str 
     query = f"tags.`{RUN_NAME_TAG}` = '{run_name}'"
     if parent_run_id:
         query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
-    runs = client.search_runs([experiment_id], filter_string=query, max_results=1, order_by=["attributes.start_time ASC"])
+    runs = client.search_runs(
+        [experiment_id], filter_string=query, max_results=1, order_by=["attributes.start_time ASC"]
+    )
     return runs[0] if runs else None
 
 

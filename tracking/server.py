@@ -66,13 +66,16 @@ def _secret_key(home: Path) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tracking.server", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--home", default="mlflow-server", help="folder for the database and artifacts")
     p.add_argument("--backend-store-uri", help="database URI (default: sqlite in --home); postgresql:// for teams")
-    p.add_argument("--artifacts-destination", help="artifact root (default: --home/artifacts; s3:// or gs:// on clusters)")
-    p.add_argument("--allowed-hosts", help="Host headers to accept when binding beyond loopback (MLflow's DNS-rebinding guard)")
+    p.add_argument("--artifacts-destination",
+                   help="artifact root (default: --home/artifacts; s3:// or gs:// on clusters)")
+    p.add_argument("--allowed-hosts",
+                   help="Host headers to accept when binding beyond loopback (MLflow's DNS-rebinding guard)")
     p.add_argument("--workers", type=int, default=2, help="server worker processes")
     p.add_argument("--basic-auth", action="store_true", help="require a user and password (MLflow basic-auth app)")
     p.add_argument("--admin", default="admin", help="basic-auth admin user name")

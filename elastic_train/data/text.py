@@ -56,7 +56,9 @@ def read_text_bytes(path: str | None) -> tuple[np.ndarray, list[Path]]:
         files = [root]
     elif root.is_dir():
         files = sorted(
-            p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            p
+            for p in root.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
         )
     else:
         raise ConfigError("data.path", path, "no such file or folder")

@@ -155,7 +155,9 @@ def track(ctx: RunContext, kind: str = "train", parent_run_id: str | None = None
         )
     except TrackingUnavailable as e:
         if t.required:
-            raise ConfigError("tracking.uri", backend.uri, f"{e}; set tracking.required=false to train without it") from None
+            raise ConfigError(
+                "tracking.uri", backend.uri, f"{e}; set tracking.required=false to train without it"
+            ) from None
         log.warning("tracking disabled for this run: %s", e)
         return ctx
     params = {**config_mod.flatten(ctx.cfg), **backend.environment_params()}

@@ -1,4 +1,5 @@
-"""Distributed evaluation of a trained model, the driver's side (the workers' is ``train.worker.evaluate_loop_per_worker``).
+"""Distributed evaluation of a trained model, the driver's side
+(the workers' is ``train.worker.evaluate_loop_per_worker``).
 
 The driver loads the model once (from a checkpoint or an MLflow model) and ships its weights and the data
 through the object store; each worker rebuilds the module, evaluates its contiguous validation shard and
@@ -20,7 +21,9 @@ from elastic_train.train.evaluator import weights_of
 from tracking import TrackingBackend, backend_for
 
 
-def load_source(checkpoint: str | None, model_uri: str | None, backend: TrackingBackend) -> tuple[torch.nn.Module, dict, dict]:
+def load_source(
+    checkpoint: str | None, model_uri: str | None, backend: TrackingBackend
+) -> tuple[torch.nn.Module, dict, dict]:
     """The model to evaluate and what it was trained with: ``(module, config dict, info)``.
 
     ``checkpoint`` may be a checkpoint folder (or URI) or a run folder (its latest checkpoint is used);
@@ -31,7 +34,9 @@ def load_source(checkpoint: str | None, model_uri: str | None, backend: Tracking
     try:
         model, metadata = backend.load_model(model_uri)
     except Exception as e:  # noqa: BLE001 - a wrong URI, a missing version, an unreachable server
-        raise ConfigError("--model", model_uri, f"cannot load it from {backend.uri} ({type(e).__name__}: {e})") from None
+        raise ConfigError(
+            "--model", model_uri, f"cannot load it from {backend.uri} ({type(e).__name__}: {e})"
+        ) from None
     recipe = metadata.get("elastic_train")
     if not recipe:
         raise ConfigError("--model", model_uri, "was not logged by elastic-train (no config in its metadata)")
@@ -67,7 +72,9 @@ def run_evaluation(ctx: RunContext, model: torch.nn.Module) -> dict[str, Any]:
     from elastic_train.launch.trainer import build_evaluator
 
     ledger = create_ledger()
-    evaluator = build_evaluator(ctx, weights_ref=ray.put(weights_of(model)), data_ref=share_data(ctx.bundle), ledger=ledger)
+    evaluator = build_evaluator(
+        ctx, weights_ref=ray.put(weights_of(model)), data_ref=share_data(ctx.bundle), ledger=ledger
+    )
     evaluator.fit()
     metrics = ray.get(ledger.get_final.remote())
     if metrics is None:

@@ -35,7 +35,9 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None) -> Outcome:
         return Outcome(None, None, None, "FINISHED", already_complete={"checkpoint": latest[0], "meta": latest[1]})
     ctx.storage.save_config(ctx.cfg.model_dump(mode="json"))
     cbs = list(callbacks or []) + _tracking_callbacks(ctx)
-    log_floor = backend_for(ctx.tracking, ctx.home).last_logged_step(ctx.tracking) if ctx.tracking and ctx.resuming else -1
+    log_floor = (
+        backend_for(ctx.tracking, ctx.home).last_logged_step(ctx.tracking) if ctx.tracking and ctx.resuming else -1
+    )
     ledger = create_ledger()
     trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs, data_ref=share_data(ctx.bundle))
     result, error, status = _run(trainer)

@@ -181,7 +181,11 @@ def _check_fit(cfg: JobConfig, report: PreflightReport) -> None:
             f"needs {lo} worker(s) x {res}, the cluster has {have} in all: at most {fit} worker(s) fit"
         )
         if not cfg.scaling.autoscaling:
-            field_name = "scaling.resources_per_worker" if fit == 0 and cfg.scaling.resources_per_worker else "scaling.num_workers"
+            field_name = (
+                "scaling.resources_per_worker"
+                if fit == 0 and cfg.scaling.resources_per_worker
+                else "scaling.num_workers"
+            )
             value = cfg.scaling.resources_per_worker if field_name.endswith("worker") else cfg.scaling.num_workers
             raise ConfigError(field_name, value, reason)
         report.warnings.append(reason + "; waiting for the autoscaler")
@@ -238,7 +242,9 @@ def check_storage(path: str, nodes: list[NodeInfo]) -> bool | None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         refs = [
-            _path_exists.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)).remote(str(marker))
+            _path_exists.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)
+            ).remote(str(marker))
             for n in nodes
         ]
         seen = ray.get(refs, timeout=120)

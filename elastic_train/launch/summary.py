@@ -50,7 +50,10 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
     for key in ("mfu", "tokens_per_second", "data_wait_share", "peak_memory_bytes"):
         summary[key] = m.get(key)
     if outcome.error is not None:
-        summary["error"] = f"{type(outcome.error).__name__}: {str(outcome.error).strip().splitlines()[0][:500] if str(outcome.error).strip() else ''}"
+        summary["error"] = (
+            f"{type(outcome.error).__name__}: "
+            f"{str(outcome.error).strip().splitlines()[0][:500] if str(outcome.error).strip() else ''}"
+        )
     if outcome.already_complete:
         summary["note"] = "already complete; nothing to train"
     return summary
@@ -114,7 +117,10 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("wall", _fmt(summary["wall_s"], ".1f", " s")),
         ("goodput", _fmt((summary.get("goodput") or {}).get("goodput_ratio"), ".1%")),
         ("checkpoint", summary["checkpoint"] or "-"),
-        ("tracking run", f"{summary['mlflow_run_id']} @ {summary['tracking_uri']}" if summary["mlflow_run_id"] else "off"),
+        (
+            "tracking run",
+            f"{summary['mlflow_run_id']} @ {summary['tracking_uri']}" if summary["mlflow_run_id"] else "off",
+        ),
         ("params sha256", (summary["params_sha256"] or "-")[:16]),
     ]
     if summary.get("mfu") is not None:

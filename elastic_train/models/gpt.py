@@ -136,7 +136,9 @@ def build_gpt(cfg: ModelConfig | Any, spec: DataSpec | Any) -> GPT:
     """The ``gpt`` builder: checks the model against the data, then builds it (seeded by the caller)."""
     if spec.kind != "language_model":
         raise ConfigError(
-            "model.name", "gpt", f"needs a language-model dataset (data.name=synthetic_tokens or text); this one is {spec.kind}"
+            "model.name",
+            "gpt",
+            f"needs a language-model dataset (data.name=synthetic_tokens or text); this one is {spec.kind}",
         )
     if cfg.d_model % cfg.n_head:
         raise ConfigError("model.d_model", cfg.d_model, f"not divisible by model.n_head={cfg.n_head}")
@@ -144,5 +146,7 @@ def build_gpt(cfg: ModelConfig | Any, spec: DataSpec | Any) -> GPT:
     if seq > cfg.seq_len:
         raise ConfigError("model.seq_len", cfg.seq_len, f"shorter than the dataset's sequences ({seq} tokens)")
     if spec.num_classes > cfg.vocab_size:
-        raise ConfigError("model.vocab_size", cfg.vocab_size, f"smaller than the dataset's vocabulary ({spec.num_classes})")
+        raise ConfigError(
+            "model.vocab_size", cfg.vocab_size, f"smaller than the dataset's vocabulary ({spec.num_classes})"
+        )
     return GPT(cfg.n_layer, cfg.n_head, cfg.d_model, cfg.seq_len, cfg.vocab_size, cfg.dropout)

@@ -56,7 +56,9 @@ class SmallCNN(nn.Module):
             blocks += [nn.Conv2d(width, c, 3, padding=1), nn.GroupNorm(min(8, c), c), nn.GELU()]
             width = c
         self.features = nn.Sequential(*blocks)
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(width, num_classes))
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(width, num_classes)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))

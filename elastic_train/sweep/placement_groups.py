@@ -99,7 +99,8 @@ def stranded_cleaners(job_id: str | None = None) -> list[dict[str, Any]]:
     job_id = job_id or ray.get_runtime_context().get_job_id()
     table = actors()
     dead_controllers = {_where(a["Address"]) for a in table.values()
-                        if a.get("ActorClassName") == "TrainController" and a["State"] == "DEAD" and a["JobID"] == job_id}
+                        if a.get("ActorClassName") == "TrainController"
+                        and a["State"] == "DEAD" and a["JobID"] == job_id}
     return [a for a in table.values()
             if a.get("ActorClassName") == "PlacementGroupCleaner" and a["State"] == "ALIVE"
             and _where(a.get("OwnerAddress") or {}) in dead_controllers]
@@ -117,7 +118,9 @@ def end_stranded_cleaners(job_id: str | None = None) -> int:
     by_node: dict[str, list[int]] = {}
     for a in stranded_cleaners(job_id):
         by_node.setdefault(a["Address"]["NodeID"], []).append(int(a["Pid"]))
-    refs = [_terminate_cleaners.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(pids)
+    refs = [_terminate_cleaners.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+            ).remote(pids)
             for node, pids in by_node.items()]
     return sum(ray.get(refs, timeout=30)) if refs else 0
 

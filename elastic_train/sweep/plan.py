@@ -84,11 +84,15 @@ def validate_sweep(cfg: JobConfig) -> None:
     for key, dist in s.space.items():
         if key not in known:
             hint = difflib.get_close_matches(key, sorted(known), n=1)
-            raise ConfigError("sweep.space", key, "unknown config key" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+            raise ConfigError(
+                "sweep.space", key, "unknown config key" + (f"; did you mean {hint[0]!r}?" if hint else "")
+            )
         if key.startswith(UNSWEEPABLE):
             raise ConfigError("sweep.space", key, "cannot be swept (it names the sweep, its storage or tracking)")
         if key == "train.epochs" and s.scheduler == "asha":
-            raise ConfigError("sweep.space", key, "asha's budget is train.epochs; do not sweep it (or use scheduler=none)")
+            raise ConfigError(
+                "sweep.space", key, "asha's budget is train.epochs; do not sweep it (or use scheduler=none)"
+            )
         if s.search == "grid" and dist.type not in ("choice", "grid"):
             raise ConfigError(f"sweep.space.{key}", dist.type, "search=grid needs choice or grid values")
         if s.search == "optuna" and dist.type == "grid":
@@ -102,7 +106,8 @@ def validate_sweep(cfg: JobConfig) -> None:
 
 
 def probe_values(dist: Distribution) -> list[Any]:
-    """Values that stand for the whole distribution when validating it: the candidates, or the ends and an inner point."""
+    """Values that stand for the whole distribution when validating it:
+    the candidates, or the ends and an inner point."""
     if dist.type in ("choice", "grid"):
         return list(dist.values or [])
     lo, hi = dist.low, dist.high

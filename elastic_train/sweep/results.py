@@ -210,7 +210,8 @@ def render_table(summary: dict[str, Any]) -> str:
             f"      checkpoint {best['checkpoint'] or '-'}", f"      mlflow run {best['mlflow_run_id'] or '-'}"] \
         if best else ["best: none (every trial failed)"]
     rule = "=" * max(72, len(lines[0]))
-    tail = [f"sweep {summary['sweep']}: {len(trials)} trials, {summary['total_epochs']} epochs in {summary['wall_s']:.0f} s;"
+    tail = [f"sweep {summary['sweep']}: {len(trials)} trials, "
+            f"{summary['total_epochs']} epochs in {summary['wall_s']:.0f} s;"
             f" parent run {summary['mlflow_parent_run_id'] or 'off'}"]
     return "\n".join([rule, *lines, rule, *foot, *tail])
 
@@ -229,7 +230,9 @@ def write_results_csv(rows: list[TrialRow], cfg: JobConfig, path: Path) -> None:
     keys = sorted({k for r in rows for k in r.config})
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["rank", "trial_id", "status", "epochs", f"best_{cfg.sweep.metric}", *keys, "mlflow_run_id", "checkpoint"])
+        w.writerow(
+            ["rank", "trial_id", "status", "epochs", f"best_{cfg.sweep.metric}", *keys, "mlflow_run_id", "checkpoint"]
+        )
         for i, r in enumerate(rows):
             w.writerow([i + 1, r.trial_id, r.status, r.epochs, r.best_metric, *(r.config.get(k) for k in keys),
                         r.mlflow_run_id, r.checkpoint])

@@ -42,7 +42,12 @@ class GoodputBook:
 
     # --------------------------------------------------------------------------------- events
     def begin_attempt(
-        self, now: float, world_size: int, restored_step: int | None, restored: Goodput | None, restored_sizes: list[int]
+        self,
+        now: float,
+        world_size: int,
+        restored_step: int | None,
+        restored: Goodput | None,
+        restored_sizes: list[int],
     ) -> dict[str, Any]:
         """A worker group (re)started. Returns what to announce: restart number, lost steps, resize."""
         first_in_driver = self.attempts == 0

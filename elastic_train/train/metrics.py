@@ -73,7 +73,9 @@ class Window:
             dist.all_reduce(buf)
         values = buf.tolist()
         loss_sum, correct, grad_norm_sum, samples, steps = values[:5]
-        totals = {"loss_sum": loss_sum, "correct": correct, "samples": samples, "grad_norm_sum": grad_norm_sum, "steps": steps}
+        totals = {
+            "loss_sum": loss_sum, "correct": correct, "samples": samples, "grad_norm_sum": grad_norm_sum, "steps": steps
+        }
         totals["grad_norm_sum"] /= world  # every worker holds the same (global) norm
         totals["grad_norms"] = self.norms  # how many steps measured it (the same on every worker)
         totals["steps"] /= world

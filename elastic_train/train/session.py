@@ -118,10 +118,17 @@ class Session:
         where = self.device.type if self.device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads each"
         self.console.line(f"worker group of {self.world} ({where}): {self.plan}")
         if event["restart"]:
-            where = f"{checkpoint_name} (epoch {p.epoch + 1}, step {p.step_in_epoch})" if checkpoint_name else "the start"
-            resize = f", resized {event['previous_world_size']} -> {self.world} workers" if event["previous_world_size"] else ""
+            where = (
+                f"{checkpoint_name} (epoch {p.epoch + 1}, step {p.step_in_epoch})" if checkpoint_name else "the start"
+            )
+            resize = (
+                f", resized {event['previous_world_size']} -> {self.world} workers"
+                if event["previous_world_size"]
+                else ""
+            )
             self.console.line(
-                f"restart {event['restarts']}: resumed from {where}{resize}; recomputing {event['recomputed_steps']} step(s)"
+                f"restart {event['restarts']}: resumed from {where}{resize}; "
+                f"recomputing {event['recomputed_steps']} step(s)"
             )
             self.tracker.set_tags({"restarts": event["restarts"], "world_sizes": book.world_sizes})
         self.tracker.set_tags({"world_size": self.world, "batch_plan": str(self.plan)})
@@ -143,7 +150,9 @@ class Session:
                 result = train_step(
                     self.model, micro, self.state.optimizer, self.state.scheduler, self.precision,
                     self.plan.loss_scale, cfg.train.grad_clip,
-                    measure_grad_norm=self.policy.is_sync_point(p.global_step + 1, (p.step_in_epoch + 1) % steps_per_epoch),
+                    measure_grad_norm=self.policy.is_sync_point(
+                        p.global_step + 1, (p.step_in_epoch + 1) % steps_per_epoch
+                    ),
                     loss_fn=self.loss_fn,
                 )
                 p.advance(cfg.train.global_batch_size, steps_per_epoch)

@@ -84,7 +84,8 @@ def test_preempt_shrink_grow_and_see_every_sample_once(cluster, home, monkeypatc
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "delay=0.1")
     argv = ["--config", "configs/digits.yaml",
             *tiny(f"train.epochs={EPOCHS}", "train.global_batch_size=32", "scaling.num_workers=[1,2]",
-                  "scaling.resize_check_interval_s=1", "failure.worker_start_timeout_s=15", "checkpoint.every_steps=10", f"checkpoint.storage_path={storage}",
+                  "scaling.resize_check_interval_s=1", "failure.worker_start_timeout_s=15", "checkpoint.every_steps=10",
+                  f"checkpoint.storage_path={storage}",
                   f"data.trace_path={trace}", "name=elastic"),
             "--summary-json", str(summary_path)]
     result: dict = {}
@@ -100,7 +101,8 @@ def test_preempt_shrink_grow_and_see_every_sample_once(cluster, home, monkeypatc
     jit = wait_for(lambda: [m.parent.name for m in storage.glob("elastic/checkpoint_*/meta.json")
                             if json.loads(m.read_text()).get("reason") == "preemption"], 60, "a preemption checkpoint")
     snapshot = storage / "elastic" / "checkpoint_manager_snapshot.json"
-    wait_for(lambda: snapshot.exists() and jit[0] in snapshot.read_text(), 60, "Ray to commit the preemption checkpoint")
+    wait_for(lambda: snapshot.exists() and jit[0] in snapshot.read_text(), 60,
+             "Ray to commit the preemption checkpoint")
     # phase 3: the node goes away -> training continues on one worker
     cluster.remove_node(doomed)
     wait_for(lambda: any(r["world_size"] == 1 for r in read_trace(trace)), 120, "1-worker training")

@@ -66,7 +66,9 @@ def walk(node: Any, key: str) -> list[Any]:
 
 def test_files_exist():
     assert {p.name for p in LAUNCHER_FILES} == {"aws.yaml", "gcp.yaml"}
-    assert {"raycluster.yaml", "rayjob-train.yaml", "rayjob-sweep.yaml", "mlflow.yaml"} <= {p.name for p in KUBERAY_FILES}
+    assert {"raycluster.yaml", "rayjob-train.yaml", "rayjob-sweep.yaml", "mlflow.yaml"} <= {
+        p.name for p in KUBERAY_FILES
+    }
 
 
 # ---------------------------------------------------------------------------------------- launcher
@@ -209,7 +211,9 @@ def test_raycluster_shape_and_security():
         assert env["ELASTIC_TRAIN_HOME"].startswith("/mnt/shared/")
 
 
-@pytest.mark.parametrize("name, module", [("elastic-train-digits", "jobs.train"), ("elastic-train-sweep", "jobs.sweep")])
+@pytest.mark.parametrize(
+    "name, module", [("elastic-train-digits", "jobs.train"), ("elastic-train-sweep", "jobs.sweep")]
+)
 def test_rayjobs_run_our_jobs_on_the_same_cluster_and_clean_up(name, module):
     jobs = {obj["metadata"]["name"]: obj for _, obj in kuberay_objects("RayJob")}
     spec = jobs[name]["spec"]
@@ -280,13 +284,17 @@ def test_image_is_defined_once_and_used_everywhere():
     used = {}
     for path in LAUNCHER_FILES:
         cfg = yaml.safe_load(path.read_text())
-        used[path.name] = {cfg["docker"]["image"], *(cfg["docker"].get(k) for k in ("head_image", "worker_image"))} - {None}
+        used[path.name] = {
+            cfg["docker"]["image"], *(cfg["docker"].get(k) for k in ("head_image", "worker_image"))
+        } - {None}
     for path in KUBERAY_FILES:
         images = {i for d in documents(path) for i in walk(d, "image")}
         if images:
             used[path.name] = images
     assert {name: refs for name, refs in used.items() if refs != {ref}} == {}
-    assert {"aws.yaml", "gcp.yaml", "raycluster.yaml", "rayjob-train.yaml", "rayjob-sweep.yaml", "mlflow.yaml"} <= used.keys()
+    assert {
+        "aws.yaml", "gcp.yaml", "raycluster.yaml", "rayjob-train.yaml", "rayjob-sweep.yaml", "mlflow.yaml"
+    } <= used.keys()
 
 
 def test_dockerfile_is_hadolint_clean():
@@ -305,13 +313,16 @@ def test_dockerfile_installs_like_the_makefile_as_a_non_root_user():
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in lines
     install = next(i for i, line in enumerate(lines) if "scripts/install.sh" in line)
     code = lines.index("COPY . .")
-    deps = [i for i, line in enumerate(lines) if line.startswith("COPY") and ("constraints.txt" in line or "scripts/" in line)]
+    deps = [i for i, line in enumerate(lines)
+            if line.startswith("COPY") and ("constraints.txt" in line or "scripts/" in line)]
     assert deps and max(deps) < install < code, "dependencies must be installed before the code is copied"
     users = [line for line in lines if line.startswith("USER ")]
     assert users and users[-1] not in ("USER root", "USER 0", "USER 0:0")
     for line in lines:
         if line.startswith(("ENV", "ARG")):
-            assert not re.search(r"(TOKEN|PASSWORD|SECRET|_KEY)\s*=", line.split(" ", 1)[1].split("RAY_AUTH_MODE")[0]), line
+            assert not re.search(
+                r"(TOKEN|PASSWORD|SECRET|_KEY)\s*=", line.split(" ", 1)[1].split("RAY_AUTH_MODE")[0]
+            ), line
 
 
 def test_dockerignore_keeps_heavy_and_secret_files_out():
@@ -336,7 +347,8 @@ def test_working_dir_upload_is_small_and_has_what_jobs_need(tmp_path, include_gi
         assert needed in names
     tops = {n.split("/")[0] for n in names}
     assert not tops & {".git", ".venv", "results", "mlflow.db", "mlartifacts", "mlruns", ".pytest_cache"}
-    assert not [n for n in names if n.startswith("tests/") and not n.startswith("tests/helpers/") and n != "tests/__init__.py"]
+    assert not [n for n in names
+                if n.startswith("tests/") and not n.startswith("tests/helpers/") and n != "tests/__init__.py"]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".egg-info/")]
 
 

@@ -117,7 +117,9 @@ def test_mlflow_holds_one_parent_and_a_child_per_trial(asha):
     parent = parents[0]
     assert parent.data.tags["elastic_train.kind"] == "sweep" and parent.info.status == "FINISHED"
     kids = children(summary)
-    assert sorted(k.data.tags["elastic_train.run_name"] for k in kids) == sorted(t["run_name"] for t in summary["trials"])
+    assert sorted(k.data.tags["elastic_train.run_name"] for k in kids) == sorted(
+        t["run_name"] for t in summary["trials"]
+    )
     assert {k.data.tags["elastic_train.kind"] for k in kids} == {"trial"}
     assert {k.info.status for k in kids} == {"FINISHED"}
     stopped = {t["run_name"] for t in summary["trials"] if t["status"] == "STOPPED"}
@@ -221,7 +223,9 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials(ray_session, h
         proc.wait()
     results_before = {t: (sweep_dir / f"tune-{t}" / "result.json").read_text() for t in done}
     mid = RunStorage(str(sweep_dir), f"trial-{running[0]}")
-    assert mid.checkpoints() and json.loads(mid.read_text(f"{mid.checkpoints()[-1]}/meta.json"))["progress"]["epoch"] < 2
+    assert mid.checkpoints() and (
+        json.loads(mid.read_text(f"{mid.checkpoints()[-1]}/meta.json"))["progress"]["epoch"] < 2
+    )
 
     assert sweep_job.main(["--resume", name, f"checkpoint.storage_path={home}", "--summary-json",
                            str(home / "resumed.json")]) == 0

@@ -113,7 +113,9 @@ def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(run
         proc.wait()
     from jobs import train
 
-    assert train.main(["--resume", "killed", f"checkpoint.storage_path={tmp}", "--summary-json", str(tmp / "r.json")]) == 0
+    assert train.main(
+        ["--resume", "killed", f"checkpoint.storage_path={tmp}", "--summary-json", str(tmp / "r.json")]
+    ) == 0
     resumed = json.loads((tmp / "r.json").read_text())
     assert resumed["run_name"] == "killed" and resumed["restarts"] >= 1
     assert resumed["params_sha256"] == two["params_sha256"]

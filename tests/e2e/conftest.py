@@ -82,7 +82,9 @@ def node_ports(taken: set[int]) -> list[str]:
     taken.update(ports)
     lo, hi = free_port_range(64, taken)
     taken.update(range(lo, hi + 1))
-    return [f"--{n}={p}" for n, p in zip(names, ports, strict=True)] + [f"--min-worker-port={lo}", f"--max-worker-port={hi}"]
+    return [f"--{n}={p}" for n, p in zip(names, ports, strict=True)] + [
+        f"--min-worker-port={lo}", f"--max-worker-port={hi}"
+    ]
 
 
 # ---------------------------------------------------------------------------------------- processes

@@ -29,7 +29,8 @@ class MlflowServer:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> MlflowServer:
-        argv = [sys.executable, "-m", "tracking.server", "--port", str(self.port), "--home", str(self.home), "--workers", "1"]
+        argv = [sys.executable, "-m", "tracking.server",
+                "--port", str(self.port), "--home", str(self.home), "--workers", "1"]
         env = dict(os.environ)
         if self.basic_auth:
             argv.append("--basic-auth")

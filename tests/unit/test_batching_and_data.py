@@ -12,7 +12,10 @@ from elastic_train.data.loader import WorkerData
 from elastic_train.data.sampler import ElasticSampler, epoch_permutation, steps_per_epoch
 
 
-@pytest.mark.parametrize("g, w, cap", [(128, 1, None), (128, 2, None), (128, 3, None), (128, 3, 16), (10, 4, 1), (7, 7, None), (256, 5, 32)])
+@pytest.mark.parametrize(
+    "g, w, cap",
+    [(128, 1, None), (128, 2, None), (128, 3, None), (128, 3, 16), (10, 4, 1), (7, 7, None), (256, 5, 32)],
+)
 def test_plan_slices_cover_the_global_batch_exactly_once(g, w, cap):
     plan = BatchPlan(g, w, cap)
     covered = []
@@ -106,7 +109,8 @@ def test_map_style_datasets_go_through_a_dataloader_in_the_same_order():
 def test_user_import_paths_are_validated():
     from elastic_train.config import ConfigError
 
-    for name, fragment in [("no_such_module:f", "cannot import"), ("math:nope", "no callable"), ("math:pi", "no callable"),
+    for name, fragment in [("no_such_module:f", "cannot import"), ("math:nope", "no callable"),
+                           ("math:pi", "no callable"),
                            ("tests.helpers.user_code:not_a_dataset", "must return")]:
         with pytest.raises(ConfigError, match=fragment) as info:
             build_data(load(None, [f"data.name={name}"]))

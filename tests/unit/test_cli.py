@@ -162,7 +162,8 @@ def test_resume_refuses_settings_that_would_break_the_checkpoint(tmp_path):
     (tmp_path / "r1" / "checkpoint_000000005" / "meta.json").write_text("{}")
     ok = context.plan(None, ["name=r1", f"checkpoint.storage_path={tmp_path}", "train.epochs=20"])
     assert ok.resuming and ok.cfg.train.epochs == 20  # training longer is fine
-    for change, field in [("model.hidden_sizes=[8]", "model.hidden_sizes"), ("train.global_batch_size=64", "train.global_batch_size"),
+    for change, field in [("model.hidden_sizes=[8]", "model.hidden_sizes"),
+                          ("train.global_batch_size=64", "train.global_batch_size"),
                           ("scaling.strategy=fsdp", "scaling.strategy"), ("seed=3", "seed")]:
         with pytest.raises(ConfigError) as info:
             context.plan(None, ["name=r1", f"checkpoint.storage_path={tmp_path}", change])

@@ -262,7 +262,9 @@ def test_mfu_counts_every_device():
 def test_interval_metrics_tokens_per_second_and_mfu():
     cfg = cfg_for("perf.peak_tflops=2.0")
     spec = DataSpec("language_model", (16,), 32, tokens_per_sample=16)
-    totals = {"loss_sum": 64.0, "correct": 100.0, "samples": 320.0, "grad_norm_sum": 3.0, "grad_norms": 10, "steps": 10.0}
+    totals = {
+        "loss_sum": 64.0, "correct": 100.0, "samples": 320.0, "grad_norm_sum": 3.0, "grad_norms": 10, "steps": 10.0
+    }
     flops = 1e9  # per sample
     out = metrics.interval_metrics(totals, 4.0, 0.04, spec, flops, torch.device("cpu"), cfg)
     assert out["samples_per_second"] == 80.0 and out["tokens_per_second"] == 80.0 * 16

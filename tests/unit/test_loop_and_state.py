@@ -102,7 +102,8 @@ def test_checkpoint_round_trip_continues_bitwise(tmp_path):
         train_step(model, micro, opt, sched, prec, 1 / 64, 1.0)
         state.progress.advance(64, data.steps_per_epoch)
     state.save(tmp_path / "ck", 0, meta={"config": cfg.model_dump(mode="json"),
-                                         "data_spec": {"kind": "classification", "input_shape": [1, 8, 8], "num_classes": 10, "tokens_per_sample": 1}})
+                                         "data_spec": {"kind": "classification", "input_shape": [1, 8, 8],
+                                                       "num_classes": 10, "tokens_per_sample": 1}})
     # continue the original
     for _, micro in steps[3:6]:
         train_step(model, micro, opt, sched, prec, 1 / 64, 1.0)

@@ -33,7 +33,9 @@ def test_defaults_are_the_issue_space():
     s = config_mod.load(None).sweep
     assert s.space["train.lr"] == Distribution(type="loguniform", low=1e-4, high=1e-1)
     assert s.space["train.global_batch_size"] == Distribution(type="choice", values=[32, 64, 128, 256])
-    assert (s.metric, s.mode, s.scheduler, s.search, s.max_concurrent_trials) == ("val_loss", "min", "asha", "random", "auto")
+    assert (s.metric, s.mode, s.scheduler, s.search, s.max_concurrent_trials) == (
+        "val_loss", "min", "asha", "random", "auto"
+    )
     validate_sweep(config_mod.load(None))
 
 
@@ -53,16 +55,20 @@ def test_space_entries_take_dotted_overrides():
 
 
 @pytest.mark.parametrize("overrides, match", [
-    (["sweep.space={train.lrr: {type: choice, values: [1]}}"], r"sweep.space='train.lrr': unknown config key; did you mean 'train.lr'"),
+    (["sweep.space={train.lrr: {type: choice, values: [1]}}"],
+     r"sweep.space='train.lrr': unknown config key; did you mean 'train.lr'"),
     (["sweep.space={name: {type: grid, values: [a]}}"], r"sweep.space='name': cannot be swept"),
     (["sweep.space={tracking.uri: {type: grid, values: [a]}}"], r"sweep.space='tracking.uri': cannot be swept"),
     (["sweep.space={train.epochs: {type: grid, values: [1, 2]}}"], r"asha's budget is train.epochs"),
     (["sweep.space.train.global_batch_size.values=[]"], r"sweep.space.train.global_batch_size=.*non-empty"),
     (["sweep.space.train.lr.low=1"], r"sweep.space.train.lr=.*low \(1.0\) must be < high"),
     (["sweep.space.train.lr={type: loguniform, low: 0, high: 1}"], r"sweep.space.train.lr=.*loguniform needs low > 0"),
-    (["sweep.space.train.global_batch_size.values=[0, 64]"], r"sweep.space.train.global_batch_size=0: Input should be greater than 0"),
-    (["sweep.space.train.global_batch_size.values=[1]"], r"sweep.space.train.global_batch_size=1: smaller than the maximum worker count"),
-    (["sweep.space.train.global_batch_size={type: uniform, low: 16, high: 64}"], r"global_batch_size=33.76: .*valid integer"),
+    (["sweep.space.train.global_batch_size.values=[0, 64]"],
+     r"sweep.space.train.global_batch_size=0: Input should be greater than 0"),
+    (["sweep.space.train.global_batch_size.values=[1]"],
+     r"sweep.space.train.global_batch_size=1: smaller than the maximum worker count"),
+    (["sweep.space.train.global_batch_size={type: uniform, low: 16, high: 64}"],
+     r"global_batch_size=33.76: .*valid integer"),
     (["sweep.space.train.optimizer={type: choice, values: [adamw, lion]}"], r"sweep.space.train.optimizer='lion'"),
     (["sweep.scheduler=hyperband"], r"sweep.scheduler='hyperband'"),
     (["sweep.search=bayes"], r"sweep.search='bayes'"),
@@ -80,7 +86,9 @@ def test_bad_sweeps_name_the_field(overrides, match):
 
 @pytest.mark.skipif(importlib.util.find_spec("optuna") is not None, reason="optuna is installed")
 def test_optuna_without_the_extra_is_a_clear_error():
-    with pytest.raises(ConfigError, match=r"sweep.search='optuna': optuna is not installed: pip install 'elastic-train\[optuna\]'"):
+    with pytest.raises(
+        ConfigError, match=r"sweep.search='optuna': optuna is not installed: pip install 'elastic-train\[optuna\]'"
+    ):
         validate_sweep(load("sweep.search=optuna"))
 
 
@@ -196,5 +204,7 @@ def test_optuna_missing_exits_2():
 @pytest.mark.subprocess
 def test_help_lists_the_submit_line():
     out = run_cli("--help", module="jobs.sweep")
-    assert out.returncode == 0 and "ray job submit --working-dir . -- python -m jobs.sweep --config configs/sweep-digits.yaml" in out.stdout
+    assert out.returncode == 0 and (
+        "ray job submit --working-dir . -- python -m jobs.sweep --config configs/sweep-digits.yaml" in out.stdout
+    )
     assert "--resume" in out.stdout
