@@ -5,6 +5,7 @@
     mlflow_tracker.py  MLflow logging with batching, retries and a spool; sender.py runs it in a child process
     checkpoints.py     a Ray Train callback copying checkpoints into the run
     jsonl.py           a JSON-lines backend on a local folder (no server, no MLflow)
+    quiet.py           MLflow's INFO logging off the console (WARNING and above still print)
 
 ``tracking.backend`` picks one (:func:`open_backend`); workers get the matching tracker from
 :func:`tracker_for`. Only rank 0 and the driver log: every other rank gets a :class:`NullTracker`, so training

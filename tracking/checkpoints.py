@@ -24,6 +24,7 @@ from ray.train import Checkpoint, UserCallback
 from ray.train.v2._internal.execution.callback import ControllerCallback  # for the end-of-run flush
 
 from tracking.base import TrackingSpec
+from tracking.quiet import quiet_mlflow_logging
 
 BEST_TAG, BEST_SCORE_TAG = "best_checkpoint", "best_checkpoint_score"
 
@@ -40,6 +41,7 @@ class MlflowCheckpointCallback(UserCallback, ControllerCallback):
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickled on the controller: start the thread now, so importing MLflow overlaps worker start-up."""
         self.__dict__.update(state)
+        quiet_mlflow_logging()  # the controller's output is forwarded to the driver's console
         self._setup_runtime()
         if self.policy:
             self._start()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tracking.base import ChildRun, Tracker, TrackingSpec
+from tracking.quiet import quiet_mlflow_logging
 from tracking.runs import (
     RUN_NAME_TAG,
     check_reachable,
@@ -25,6 +26,7 @@ class MlflowBackend:
     name = "mlflow"
 
     def __init__(self, uri: str | None, home: Path):
+        quiet_mlflow_logging()  # before MLflow is imported: no INFO lines when it creates the sqlite store
         self.uri = resolve_uri(uri, home)
         self.home = home
 

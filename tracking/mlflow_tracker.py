@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tracking.base import TrackingSpec
+from tracking.quiet import quiet_mlflow_logging
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class MlflowTracker:
         for k, v in spec.env.items():
             os.environ.setdefault(k, v)
         quiet_client_retries()
+        quiet_mlflow_logging()  # also on the Train controller (checkpoint callback) and in the sender child
         self.spec = spec
         self._floor = -1  # metrics logged unless_logged at steps <= this are dropped (skip_logged_steps)
         self.client: Any = None  # created by the sender thread: importing mlflow takes seconds

@@ -29,6 +29,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tracking.base import TrackingSpec
+from tracking.quiet import quiet_mlflow_logging
 
 
 class ProcessTracker:
@@ -133,6 +134,8 @@ def _main() -> int:
     # A busy machine gives the training process the CPU first; metrics can wait (a stopped trial's too: this
     # process outlives it). Importing mlflow alone is seconds of CPU, a visible share of a short run.
     os.nice(10)
+    # Our stderr is the worker's, which Ray forwards to the driver's console: MLflow's INFO lines stay off it.
+    quiet_mlflow_logging()
     from tracking.mlflow_tracker import MlflowTracker
 
     tracker = MlflowTracker(TrackingSpec(**json.loads(sys.argv[1])))

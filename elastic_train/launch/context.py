@@ -23,6 +23,7 @@ from elastic_train import config as config_mod
 from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import DataBundle
 from elastic_train.launch.preflight import PreflightReport
+from elastic_train.launch.quiet import filter_forwarded_lines, quiet_ray_driver_logs
 from elastic_train.launch.storage import RunStorage, default_run_name, resolve_home, resolve_storage
 from tracking import TrackingBackend, TrackingSpec, TrackingUnavailable, open_backend
 
@@ -109,17 +110,21 @@ def connect_ray(address: str | None = None) -> str:
 
     if ray.is_initialized():
         return "already connected"
+    quiet_ray_driver_logs()  # Ray's known-benign lines off the console (elastic_train.launch.quiet)
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     target = address or os.environ.get("RAY_ADDRESS")
     if target:
         ray.init(address=target, **kwargs)
-        return f"cluster at {target}"
-    try:
-        ray.init(address="auto", **kwargs)
-        return "local head (ray start)"
-    except (ConnectionError, RuntimeError):
-        ray.init(**kwargs)
-        return "embedded local Ray"
+        how = f"cluster at {target}"
+    else:
+        try:
+            ray.init(address="auto", **kwargs)
+            how = "local head (ray start)"
+        except (ConnectionError, RuntimeError):
+            ray.init(**kwargs)
+            how = "embedded local Ray"
+    filter_forwarded_lines()
+    return how
 
 
 def connect(ctx: RunContext, address: str | None = None) -> RunContext:

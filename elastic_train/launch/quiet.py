@@ -1,0 +1,93 @@
+"""Keep Ray's known-benign lines off the driver's console; warnings and errors that signal a problem still print.
+
+Two lines a healthy run would otherwise show:
+
+* ``Token authentication is enabled for this Ray cluster...``: a WARNING that ``ray.init`` logs on the driver
+  whenever it starts a local cluster with the default auth mode (the cluster *is* secured: nothing to act on).
+  A :class:`logging.Filter` on the one logger that emits it drops that message only; "Token authentication is
+  *disabled*" still prints.
+* ``core_worker.cc: Actor with class name: 'PreemptionWatcher' ... has constructor arguments in the object
+  store and max_restarts > 0 ... ray/issues/53727``: a C++ ``E`` line from the Train controller, which creates
+  that actor itself (harmless: the controller holds the arguments for the run's lifetime). The line stays in
+  the controller's log file under the session's ``logs/``; only the copy Ray forwards to the driver's console
+  is dropped. Ray has no public per-line filter for forwarded output (``RAY_DEDUP_LOGS_SKIP_REGEX`` is read
+  once at ``import ray`` and is off with ``RAY_DEDUP_LOGS=0``), so :func:`filter_forwarded_lines` wraps the
+  driver's print handler in Ray's private stdstream dispatcher; if a Ray upgrade moves it, nothing is wrapped
+  and the line is printed again (no error).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+# The driver-side logger of ray._private.authentication.authentication_token_setup (Ray 2.60).
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+BENIGN_RAY_MESSAGES = ("Token authentication is enabled for this Ray cluster",)
+
+# Forwarded worker / actor output lines that are known to be harmless (matched with re.search).
+BENIGN_FORWARDED_LINES = re.compile(
+    r"Actor with class name: 'PreemptionWatcher' .*has constructor arguments in the object store"
+    r".*ray-project/ray/issues/53727"
+)
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            return not record.getMessage().startswith(self.prefixes)
+        except Exception:  # noqa: BLE001 - a record that cannot format: let logging report it as usual
+            return True
+
+
+def quiet_ray_driver_logs() -> None:
+    """Drop the known-benign driver-side Ray log messages (call before ``ray.init``). Idempotent."""
+    logger = logging.getLogger(RAY_AUTH_LOGGER)
+    if not any(isinstance(f, _DropMessages) for f in logger.filters):
+        logger.addFilter(_DropMessages(BENIGN_RAY_MESSAGES))
+
+
+class _WithoutBenignLines:
+    """Wraps Ray's handler for forwarded output: the batch less the known-benign lines."""
+
+    def __init__(self, inner: Callable[[dict[str, Any]], None]):
+        self.inner = inner
+
+    def __call__(self, data: dict[str, Any]) -> None:
+        lines = data.get("lines") or []
+        kept = [line for line in lines if not (isinstance(line, str) and BENIGN_FORWARDED_LINES.search(line))]
+        if len(kept) != len(lines):
+            if not kept:
+                return
+            data = {**data, "lines": kept}
+        self.inner(data)
+
+
+def filter_forwarded_lines() -> bool:
+    """Wrap the driver's printer of forwarded worker output (call after ``ray.init``); True when it is wrapped.
+
+    Uses Ray's private ``global_worker_stdstream_dispatcher`` (``ray.init(log_to_driver=True)`` registers the
+    printer there as ``"ray_print_logs"``). Any change in that internal API leaves Ray's printer untouched, and
+    the benign lines are printed again.
+    """
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+        with dispatcher._lock:
+            wrapped = False
+            handlers = []
+            for name, handler in dispatcher.handlers:
+                if name == "ray_print_logs" and not isinstance(handler, _WithoutBenignLines):
+                    handler = _WithoutBenignLines(handler)
+                wrapped = wrapped or isinstance(handler, _WithoutBenignLines)
+                handlers.append((name, handler))
+            dispatcher.handlers = handlers
+        return wrapped
+    except Exception:  # noqa: BLE001 - a Ray without this internal: print everything, as Ray does
+        return False

@@ -1,0 +1,25 @@
+"""MLflow's INFO chatter off the console, in every process that imports MLflow on our behalf.
+
+MLflow configures its ``mlflow`` logger when it is first imported, at ``$MLFLOW_LOGGING_LEVEL`` (default INFO),
+with its own stderr handler: the driver then prints "Creating initial MLflow database tables..." when it creates
+the sqlite store, and the rank-0 sender child (whose stderr Ray forwards to the driver) four lines about system
+metrics. :func:`quiet_mlflow_logging` makes the default WARNING, so warnings and errors still reach the console;
+an ``MLFLOW_LOGGING_LEVEL`` the user set wins. No MLflow import here: it is called before MLflow is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+MLFLOW_LOGGING_LEVEL = "MLFLOW_LOGGING_LEVEL"  # read by MLflow itself (mlflow.utils.logging_utils)
+
+
+def quiet_mlflow_logging() -> None:
+    """``MLFLOW_LOGGING_LEVEL`` defaults to WARNING in this process (and the processes it starts); applied at once
+    too, for an MLflow already imported. Idempotent."""
+    level = os.environ.setdefault(MLFLOW_LOGGING_LEVEL, "WARNING").upper()
+    try:
+        logging.getLogger("mlflow").setLevel(level)
+    except ValueError:  # not a level name: MLflow's own import will complain about it; leave the logger as it is
+        pass
