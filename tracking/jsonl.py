@@ -20,7 +20,6 @@ import fcntl
 import json
 import logging
 import os
-import platform
 import shutil
 import time
 import uuid
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tracking.base import ChildRun, TrackingSpec, TrackingUnavailable
-from tracking.runs import KIND_TAG, RUN_NAME_TAG, git_commit
+from tracking.runs import KIND_TAG, RUN_NAME_TAG, environment_params
 
 log = logging.getLogger(__name__)
 RUN_FILE, METRICS_FILE, LOCK_FILE = "run.json", "metrics.jsonl", ".lock"
@@ -241,19 +240,7 @@ class JsonlBackend:
         return None  # checkpoints stay in the run's storage folder only: a second copy would just cost disk
 
     def environment_params(self) -> dict[str, str]:
-        import ray
-        import torch
-
-        params = {"env.python": platform.python_version(), "env.torch": torch.__version__,
-                  "env.ray": ray.__version__, "env.cuda": torch.version.cuda or "none",
-                  "env.host": platform.node()}
-        commit = git_commit()
-        if commit:
-            params["env.git_commit"] = commit
-        job_id = os.environ.get("RAY_JOB_SUBMISSION_ID") or os.environ.get("RAY_JOB_ID")
-        if job_id:
-            params["env.ray_job_id"] = job_id
-        return params
+        return environment_params()
 
     # ------------------------------------------------------------------------------ helpers
     def _dir(self, spec: TrackingSpec) -> Path:

@@ -79,7 +79,9 @@ class MlflowBackend:
         return MlflowCheckpointCallback(spec, policy, score, mode)
 
     def environment_params(self) -> dict[str, str]:
-        return environment_params()
+        import mlflow
+
+        return {**environment_params(), "env.mlflow": mlflow.__version__}
 
     def _client(self) -> Any:
         from mlflow.tracking import MlflowClient
