@@ -44,13 +44,28 @@ Split = TensorSet | Dataset
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
+@dataclass(frozen=True)
+class SourceInfo:
+    """Where a data set came from: what the tracker records as the run's dataset input (MLflow's Datasets panel).
+
+    Every source fills one (built-in, in-memory, token shards, Ray Data); nothing here may hold a credential.
+    """
+
+    name: str  # e.g. "digits", "tokens", "ray:parquet"
+    uri: str  # a path, s3://bucket/prefix, "sklearn:load_digits", "generated:synthetic_tokens"
+    digest: str  # short content hash (or of the index / file listing for large sources)
+    schema: dict[str, str] = field(default_factory=dict)  # column or field -> type, e.g. {"x": "float32[64]"}
+    num_rows: int | None = None  # samples (or windows / documents), when known
+    profile: dict[str, Any] = field(default_factory=dict)  # e.g. {"train_tokens": ..., "val_tokens": ...}
+
+
 @dataclass
 class DataBundle:
     train: Split
     val: Split
     spec: DataSpec
     info: dict[str, Any] = field(default_factory=dict)
-
+    source: SourceInfo | None = None  # None: the engine derives one from the bundle (see issue 12)
 
 
 def split_indices(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
