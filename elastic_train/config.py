@@ -5,7 +5,8 @@ Precedence, lowest to highest::
     built-in defaults  <  --config FILE.yaml  <  dotted overrides  section.key=value
 
 Override values are parsed as YAML, so ``scaling.num_workers=[1,4]``, ``model.hidden_sizes=[256,256]``
-and ``train.compile=true`` mean what they look like. Every mistake surfaces as one
+and ``train.compile=true`` mean what they look like; ``1e-3`` is a number there and in files (:func:`load_yaml`,
+unlike plain YAML 1.1, which wants ``1.0e-3``). Every mistake surfaces as one
 :class:`ConfigError` that names the dotted field and the bad value.
 """
 
@@ -297,6 +298,24 @@ class JobConfig(Section):
 # --------------------------------------------------------------------------------------------- loading
 
 
+class NumberLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads ``1e-3`` and ``3E4`` as floats (YAML 1.2, JSON and Python do; PyYAML's
+    YAML 1.1 resolver wants a dot, ``1.0e-3``, and would leave ``1e-3`` a string)."""
+
+
+NumberLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text the way every config input is parsed (files, overrides, sweep spaces): safe, and
+    ``1e-3`` is a number. Raises ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=NumberLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["train.lr=0.1", "scaling.num_workers=[1,4]"]`` -> ``{"train.lr": 0.1, ...}`` (values parsed as YAML)."""
     parsed: dict[str, Any] = {}
@@ -308,7 +327,7 @@ def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w.]*)?$", key):
             raise ConfigError("override", item, "the key must be dotted names like train.lr")
         try:
-            parsed[key] = yaml.safe_load(raw) if raw.strip() else None
+            parsed[key] = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError as e:
             raise ConfigError(key, raw, f"value is not valid YAML ({_first_line(e)})") from None
     return parsed
@@ -320,7 +339,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError("--config", str(path), "file not found")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml(p.read_text())
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
         raise ConfigError("--config", str(path), f"cannot parse YAML ({_first_line(e)})") from None
     if data is None:
