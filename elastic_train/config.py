@@ -329,19 +329,23 @@ def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
         try:
             parsed[key] = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError as e:
-            raise ConfigError(key, raw, f"value is not valid YAML ({_first_line(e)})") from None
+            raise ConfigError(key, raw, f"value is not valid YAML ({_yaml_problem(e)})") from None
     return parsed
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a config file; a missing, unreadable or non-mapping file is a ConfigError."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError("--config", str(path), "is a folder; name a YAML file in it, e.g. configs/digits.yaml")
     if not p.is_file():
         raise ConfigError("--config", str(path), "file not found")
     try:
         data = load_yaml(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
-        raise ConfigError("--config", str(path), f"cannot parse YAML ({_first_line(e)})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError("--config", str(path), f"cannot parse YAML ({_yaml_problem(e)})") from None
+    except (UnicodeDecodeError, OSError) as e:
+        raise ConfigError("--config", str(path), f"cannot read it ({_first_line(e)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -471,18 +475,61 @@ def _to_config_error(e: ValidationError, tree: dict[str, Any]) -> ConfigError:
     if isinstance(ctx_err, ConfigError):
         return ctx_err
     value = _lookup(tree, loc)
+    parent = _lookup(tree, loc[:-1]) if len(loc) > 1 else None
+    if loc and loc[-1].isdigit() and not isinstance(parent, list | tuple | dict | type(None)):
+        # A one-item shorthand (`tracking.log_checkpoints=bestt`) fails as item 0 of the list it became: name
+        # the field and the value as written.
+        loc, value = loc[:-1], parent
+        field = ".".join(loc)
     if err["type"] == "extra_forbidden":
         section = _section_model(loc[:-1])
         known = sorted(section.model_fields) if section else []
-        hint = difflib.get_close_matches(loc[-1], known, n=1)
+        hint = _suggest_key(loc[:-1], loc[-1], known)
         where = ".".join(loc[:-1]) or "top level"
         reason = f"unknown key in {where}" + (
-            f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
+            f"; did you mean {hint!r}?" if hint else f"; known: {', '.join(known)}"
         )
         return ConfigError(field, value, reason)
     reason = err["msg"].removeprefix("Value error, ")
     more = len(e.errors()) - 1
     return ConfigError(field, value, reason + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""))
+
+
+def _suggest_key(section: list[str], key: str, known: list[str]) -> str | None:
+    """The key meant by ``key``: the same key in another case (``LR`` -> ``lr``), a close spelling in this
+    section, else the same key in another section (``lr`` at the top level -> ``train.lr``; ``train.num_workers``
+    -> ``scaling.num_workers``), shown dotted from the top when it lives elsewhere."""
+    lower = {k.lower(): k for k in known}
+    if key.lower() in lower:
+        return lower[key.lower()]
+    close = difflib.get_close_matches(key.lower(), list(lower), n=1)
+    if close and section:  # top-level keys are few: a section key that fits exactly is the better guess
+        return lower[close[0]]
+    if len(section) > 1:  # inside a sweep space or an options dict: no other sections to look in
+        return None
+    elsewhere = {f"{name}.{k}".lower(): f"{name}.{k}" for name, sub in _sections().items() for k in sub.model_fields
+                 if name not in section}
+    exact = [dotted for low, dotted in elsewhere.items() if low.split(".", 1)[1] == key.lower()]
+    if exact:
+        return exact[0]
+    if close:
+        return lower[close[0]]
+    near = difflib.get_close_matches(key.lower(), [low.split(".", 1)[1] for low in elsewhere], n=1)
+    return next((dotted for low, dotted in elsewhere.items() if near and low.split(".", 1)[1] == near[0]), None)
+
+
+def _sections() -> dict[str, type[Section]]:
+    return {name: f.annotation for name, f in JobConfig.model_fields.items()
+            if isinstance(f.annotation, type) and issubclass(f.annotation, Section)}
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error with where it is: ``line 3, column 7: found character '\\t' that cannot start any token``."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or _first_line(e)
+    if mark is None:
+        return problem
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _lookup(tree: Any, loc: list[str]) -> Any:
