@@ -18,11 +18,11 @@ from __future__ import annotations
 import sys
 import time
 
-from jobs._cli import EXIT_OK, common_parser, guarded, write_json
+from jobs._cli import EXIT_OK, common_parser, guarded, print_config, write_json
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.evaluate") -> int:
+    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder, or a run folder (latest checkpoint)")
     source.add_argument("--model", metavar="URI", help="an MLflow model: models:/NAME/VERSION or runs:/RUN_ID/model")
@@ -37,7 +37,10 @@ def _evaluate(args) -> int:
     base = context.plan(args.config, args.overrides)  # the file and overrides, checked on their own first
     model, trained_with, info = evaluation.load_source(args.checkpoint, args.model, context.tracking_backend(base))
     name = f"{trained_with.get('name') or 'model'}-eval-{time.strftime('%Y%m%d-%H%M%S')}"
-    ctx = context.connect(context.plan(args.config, args.overrides, stored=trained_with, name=name), args.address)
+    planned = context.plan(args.config, args.overrides, stored=trained_with, name=name)
+    if args.print_config:  # --model reads the model's metadata from the registry; no run is started
+        return print_config(planned.cfg)
+    ctx = context.connect(planned, args.address)
     print(f"evaluating {info['source']} ({len(ctx.bundle.val)} validation samples)")
     ctx = context.track(ctx, kind="evaluate")
     metrics = evaluation.run_evaluation(ctx, model)

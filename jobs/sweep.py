@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import sys
 
-from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, write_json
+from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, print_config, write_json
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.sweep") -> int:
+    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
     parser.add_argument("--summary-json", metavar="PATH", help="write the sweep summary here")
     parser.add_argument("--resume", metavar="NAME", help="continue the sweep NAME (Tuner.restore)")
     args = parser.parse_args(argv)
@@ -37,6 +37,8 @@ def _sweep(args) -> int:
     from elastic_train.sweep import results, tuner
 
     plan = sweep_plan.plan_sweep(args.config, args.overrides, args.resume)
+    if args.print_config:
+        return print_config(plan.cfg)
     plan = replace(plan, ctx=context.connect(plan.ctx, args.address))
     limit = sweep_plan.check_concurrency(plan.cfg, plan.ctx.cluster)
     print(plan.header())
