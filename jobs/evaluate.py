@@ -18,16 +18,20 @@ from __future__ import annotations
 import sys
 import time
 
-from jobs._cli import EXIT_OK, common_parser, guarded, print_config, write_json
+from jobs._cli import EXIT_OK, ArgumentParser, common_parser, guarded, print_config, write_json
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.evaluate") -> int:
+def build_parser(prog: str = "python -m jobs.evaluate") -> ArgumentParser:
     parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder, or a run folder (latest checkpoint)")
     source.add_argument("--model", metavar="URI", help="an MLflow model: models:/NAME/VERSION or runs:/RUN_ID/model")
     parser.add_argument("--summary-json", metavar="PATH", help="write the metrics here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.evaluate") -> int:
+    args = build_parser(prog).parse_args(argv)
     return guarded(lambda: _evaluate(args))
 
 

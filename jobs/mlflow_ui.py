@@ -21,7 +21,7 @@ from pathlib import Path
 from jobs._cli import EXIT_BAD_INPUT, EXIT_OK, ArgumentParser, guarded
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.mlflow_ui") -> int:
+def build_parser(prog: str = "python -m jobs.mlflow_ui") -> ArgumentParser:
     import argparse
 
     parser = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m jobs.mlflow_ui") 
     parser.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     parser.add_argument("--print-uri", action="store_true", help="print the store's URI and exit")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.mlflow_ui") -> int:
+    args = build_parser(prog).parse_args(argv)
     return guarded(lambda: _ui(args))
 
 

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import sys
 
-from jobs._cli import EXIT_OK, common_parser, guarded, print_config, write_json
+from jobs._cli import EXIT_OK, ArgumentParser, common_parser, guarded, print_config, write_json
+
+
+def build_parser(prog: str = "python -m jobs.preflight") -> ArgumentParser:
+    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON here")
+    return parser
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m jobs.preflight") -> int:
-    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON here")
-    args = parser.parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     return guarded(lambda: _preflight(args))
 
 

@@ -18,14 +18,27 @@ from __future__ import annotations
 
 import sys
 
-from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, print_config, write_json
+from jobs._cli import (
+    EXIT_FAILED,
+    EXIT_KILLED,
+    EXIT_OK,
+    ArgumentParser,
+    common_parser,
+    guarded,
+    print_config,
+    write_json,
+)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.sweep") -> int:
+def build_parser(prog: str = "python -m jobs.sweep") -> ArgumentParser:
     parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
     parser.add_argument("--summary-json", metavar="PATH", help="write the sweep summary here")
     parser.add_argument("--resume", metavar="NAME", help="continue the sweep NAME (Tuner.restore)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.sweep") -> int:
+    args = build_parser(prog).parse_args(argv)
     return guarded(lambda: _sweep(args))
 
 
