@@ -112,3 +112,19 @@ def test_ui_opens_the_store_the_jobs_use(capsys, no_start, monkeypatch):
     assert out.startswith(f"MLflow UI for sqlite:///{no_start / 'mlflow.db'} on http://127.0.0.1:5123")
     assert execs and execs[0][1:] == ["-m", "mlflow", "ui", "--backend-store-uri",
                                       f"sqlite:///{no_start / 'mlflow.db'}", "--host", "127.0.0.1", "--port", "5123"]
+
+
+@pytest.mark.subprocess
+def test_real_processes_name_themselves():
+    """``python -m jobs.cli`` (what the console script runs) and ``python -m jobs.train`` as real processes."""
+    import subprocess
+    import sys
+
+    def helps(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", *args, "--help"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert helps("jobs.cli", "sweep").startswith("usage: elastic-train sweep ")
+    assert helps("jobs.train").startswith("usage: python -m jobs.train ")
