@@ -15,7 +15,7 @@ help:
 	@echo "make lint       ruff, import-linter contracts (pyproject.toml), hadolint"
 	@echo "make bench      engine overhead vs plain PyTorch (JSON, ~2 min)"
 	@echo "make bench-all  + recovery (~3 min) and ASHA vs grid sweep cost (~12 min)"
-	@echo "make mlflow-ui  browse the embedded MLflow store on http://127.0.0.1:$(MLFLOW_PORT)"
+	@echo "make mlflow-ui  the MLflow UI on the store the runs use (\$$ELASTIC_TRAIN_HOME, else here), port $(MLFLOW_PORT)"
 
 # The venv is rebuilt when the dependency files change. scripts/install.sh is the same recipe the
 # Dockerfile runs: torch==2.13.0 first (the CPU wheel on disk here), then the project under constraints.txt.
@@ -50,7 +50,7 @@ bench-all: bench
 	$(PY) bench/sweep_cost.py
 
 mlflow-ui: $(STAMP)
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT)
+	$(PY) -m jobs.mlflow_ui --port $(MLFLOW_PORT)
 
 clean:
 	rm -rf results mlflow.db mlartifacts .pytest_cache

@@ -5,7 +5,8 @@ Precedence, lowest to highest::
     built-in defaults  <  --config FILE.yaml  <  dotted overrides  section.key=value
 
 Override values are parsed as YAML, so ``scaling.num_workers=[1,4]``, ``model.hidden_sizes=[256,256]``
-and ``train.compile=true`` mean what they look like. Every mistake surfaces as one
+and ``train.compile=true`` mean what they look like; ``1e-3`` is a number there and in files (:func:`load_yaml`,
+unlike plain YAML 1.1, which wants ``1.0e-3``). Every mistake surfaces as one
 :class:`ConfigError` that names the dotted field and the bad value.
 """
 
@@ -80,9 +81,9 @@ class TrainConfig(Section):
     lr: float = Field(3e-3, gt=0.0, description="Peak learning rate.")
     optimizer: Literal["sgd", "adam", "adamw"] = Field("adamw", description="sgd | adam | adamw.")
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="sgd: momentum.")
-    weight_decay: float = Field(0.0, ge=0.0, description="Weight decay (decoupled for adamw).")
+    weight_decay: float = Field(0.01, ge=0.0, description="Weight decay (decoupled for adamw).")
     schedule: Literal["constant", "cosine"] = Field("cosine", description="LR schedule after warmup.")
-    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to lr over this many optimizer steps.")
+    warmup_steps: int = Field(10, ge=0, description="Linear warmup from 0 to lr over this many optimizer steps.")
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="cosine: final lr as a fraction of lr.")
     grad_clip: float | None = Field(1.0, gt=0.0, description="Clip the global gradient norm to this; null = off.")
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Autocast dtype (fp16 uses a GradScaler).")
@@ -297,6 +298,24 @@ class JobConfig(Section):
 # --------------------------------------------------------------------------------------------- loading
 
 
+class NumberLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads ``1e-3`` and ``3E4`` as floats (YAML 1.2, JSON and Python do; PyYAML's
+    YAML 1.1 resolver wants a dot, ``1.0e-3``, and would leave ``1e-3`` a string)."""
+
+
+NumberLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text the way every config input is parsed (files, overrides, sweep spaces): safe, and
+    ``1e-3`` is a number. Raises ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=NumberLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["train.lr=0.1", "scaling.num_workers=[1,4]"]`` -> ``{"train.lr": 0.1, ...}`` (values parsed as YAML)."""
     parsed: dict[str, Any] = {}
@@ -308,21 +327,25 @@ def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if not re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w.]*)?$", key):
             raise ConfigError("override", item, "the key must be dotted names like train.lr")
         try:
-            parsed[key] = yaml.safe_load(raw) if raw.strip() else None
+            parsed[key] = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError as e:
-            raise ConfigError(key, raw, f"value is not valid YAML ({_first_line(e)})") from None
+            raise ConfigError(key, raw, f"value is not valid YAML ({_yaml_problem(e)})") from None
     return parsed
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a config file; a missing, unreadable or non-mapping file is a ConfigError."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError("--config", str(path), "is a folder; name a YAML file in it, e.g. configs/digits.yaml")
     if not p.is_file():
         raise ConfigError("--config", str(path), "file not found")
     try:
-        data = yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
-        raise ConfigError("--config", str(path), f"cannot parse YAML ({_first_line(e)})") from None
+        data = load_yaml(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError("--config", str(path), f"cannot parse YAML ({_yaml_problem(e)})") from None
+    except (UnicodeDecodeError, OSError) as e:
+        raise ConfigError("--config", str(path), f"cannot read it ({_first_line(e)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -452,18 +475,61 @@ def _to_config_error(e: ValidationError, tree: dict[str, Any]) -> ConfigError:
     if isinstance(ctx_err, ConfigError):
         return ctx_err
     value = _lookup(tree, loc)
+    parent = _lookup(tree, loc[:-1]) if len(loc) > 1 else None
+    if loc and loc[-1].isdigit() and not isinstance(parent, list | tuple | dict | type(None)):
+        # A one-item shorthand (`tracking.log_checkpoints=bestt`) fails as item 0 of the list it became: name
+        # the field and the value as written.
+        loc, value = loc[:-1], parent
+        field = ".".join(loc)
     if err["type"] == "extra_forbidden":
         section = _section_model(loc[:-1])
         known = sorted(section.model_fields) if section else []
-        hint = difflib.get_close_matches(loc[-1], known, n=1)
+        hint = _suggest_key(loc[:-1], loc[-1], known)
         where = ".".join(loc[:-1]) or "top level"
         reason = f"unknown key in {where}" + (
-            f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
+            f"; did you mean {hint!r}?" if hint else f"; known: {', '.join(known)}"
         )
         return ConfigError(field, value, reason)
     reason = err["msg"].removeprefix("Value error, ")
     more = len(e.errors()) - 1
     return ConfigError(field, value, reason + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""))
+
+
+def _suggest_key(section: list[str], key: str, known: list[str]) -> str | None:
+    """The key meant by ``key``: the same key in another case (``LR`` -> ``lr``), a close spelling in this
+    section, else the same key in another section (``lr`` at the top level -> ``train.lr``; ``train.num_workers``
+    -> ``scaling.num_workers``), shown dotted from the top when it lives elsewhere."""
+    lower = {k.lower(): k for k in known}
+    if key.lower() in lower:
+        return lower[key.lower()]
+    close = difflib.get_close_matches(key.lower(), list(lower), n=1)
+    if close and section:  # top-level keys are few: a section key that fits exactly is the better guess
+        return lower[close[0]]
+    if len(section) > 1:  # inside a sweep space or an options dict: no other sections to look in
+        return None
+    elsewhere = {f"{name}.{k}".lower(): f"{name}.{k}" for name, sub in _sections().items() for k in sub.model_fields
+                 if name not in section}
+    exact = [dotted for low, dotted in elsewhere.items() if low.split(".", 1)[1] == key.lower()]
+    if exact:
+        return exact[0]
+    if close:
+        return lower[close[0]]
+    near = difflib.get_close_matches(key.lower(), [low.split(".", 1)[1] for low in elsewhere], n=1)
+    return next((dotted for low, dotted in elsewhere.items() if near and low.split(".", 1)[1] == near[0]), None)
+
+
+def _sections() -> dict[str, type[Section]]:
+    return {name: f.annotation for name, f in JobConfig.model_fields.items()
+            if isinstance(f.annotation, type) and issubclass(f.annotation, Section)}
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error with where it is: ``line 3, column 7: found character '\\t' that cannot start any token``."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or _first_line(e)
+    if mark is None:
+        return problem
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _lookup(tree: Any, loc: list[str]) -> Any:

@@ -49,12 +49,32 @@ class ArgumentParser(argparse.ArgumentParser):
             self.error(f"overrides take no dashes: write {m['key']}={value}")
 
 
-def common_parser(description: str, epilog: str = "") -> ArgumentParser:
-    p = ArgumentParser(description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+CONFIG_REFERENCE = "docs/config.md"
+
+
+def common_parser(description: str, epilog: str = "", prog: str | None = None) -> ArgumentParser:
+    """The arguments every job takes. ``prog`` is how the user ran it (``elastic-train train`` or
+    ``python -m jobs.train``), so ``--help`` never says ``train.py``."""
+    epilog = (epilog.rstrip() + "\n\n" if epilog else "") + (
+        f"Every config key, its default and meaning: {CONFIG_REFERENCE} (or --print-config for this run's)."
+    )
+    p = ArgumentParser(prog=prog, description=description, epilog=epilog,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", help="YAML config (defaults < FILE < overrides)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="dotted overrides, values parsed as YAML")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value",
+                   help=f"dotted overrides, values parsed as YAML (keys: {CONFIG_REFERENCE})")
     p.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, a local head, or embedded)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved, validated config as YAML and exit (starts nothing: no Ray, no MLflow)")
     return p
+
+
+def print_config(cfg: Any) -> int:
+    """The resolved config as YAML on stdout (feed it back with ``--config``); exit 0."""
+    import yaml
+
+    print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), end="")
+    return EXIT_OK
 
 
 def guarded(body: Callable[[], int]) -> int:

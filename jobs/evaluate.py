@@ -18,16 +18,20 @@ from __future__ import annotations
 import sys
 import time
 
-from jobs._cli import EXIT_OK, common_parser, guarded, write_json
+from jobs._cli import EXIT_OK, ArgumentParser, common_parser, guarded, print_config, write_json
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+def build_parser(prog: str = "python -m jobs.evaluate") -> ArgumentParser:
+    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder, or a run folder (latest checkpoint)")
     source.add_argument("--model", metavar="URI", help="an MLflow model: models:/NAME/VERSION or runs:/RUN_ID/model")
     parser.add_argument("--summary-json", metavar="PATH", help="write the metrics here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.evaluate") -> int:
+    args = build_parser(prog).parse_args(argv)
     return guarded(lambda: _evaluate(args))
 
 
@@ -37,7 +41,10 @@ def _evaluate(args) -> int:
     base = context.plan(args.config, args.overrides)  # the file and overrides, checked on their own first
     model, trained_with, info = evaluation.load_source(args.checkpoint, args.model, context.tracking_backend(base))
     name = f"{trained_with.get('name') or 'model'}-eval-{time.strftime('%Y%m%d-%H%M%S')}"
-    ctx = context.connect(context.plan(args.config, args.overrides, stored=trained_with, name=name), args.address)
+    planned = context.plan(args.config, args.overrides, stored=trained_with, name=name)
+    if args.print_config:  # --model reads the model's metadata from the registry; no run is started
+        return print_config(planned.cfg)
+    ctx = context.connect(planned, args.address)
     print(f"evaluating {info['source']} ({len(ctx.bundle.val)} validation samples)")
     ctx = context.track(ctx, kind="evaluate")
     metrics = evaluation.run_evaluation(ctx, model)

@@ -14,20 +14,27 @@ from __future__ import annotations
 
 import sys
 
-from jobs._cli import EXIT_OK, common_parser, guarded, write_json
+from jobs._cli import EXIT_OK, ArgumentParser, common_parser, guarded, print_config, write_json
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+def build_parser(prog: str = "python -m jobs.preflight") -> ArgumentParser:
+    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.preflight") -> int:
+    args = build_parser(prog).parse_args(argv)
     return guarded(lambda: _preflight(args))
 
 
 def _preflight(args) -> int:
     from elastic_train.launch import context
 
-    ctx = context.connect(context.plan(args.config, args.overrides), args.address)
+    planned = context.plan(args.config, args.overrides)
+    if args.print_config:
+        return print_config(planned.cfg)
+    ctx = context.connect(planned, args.address)
     print(ctx.header())
     write_json(args.json, ctx.cluster.to_dict())
     return EXIT_OK

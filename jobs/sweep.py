@@ -18,14 +18,27 @@ from __future__ import annotations
 
 import sys
 
-from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, write_json
+from jobs._cli import (
+    EXIT_FAILED,
+    EXIT_KILLED,
+    EXIT_OK,
+    ArgumentParser,
+    common_parser,
+    guarded,
+    print_config,
+    write_json,
+)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+def build_parser(prog: str = "python -m jobs.sweep") -> ArgumentParser:
+    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
     parser.add_argument("--summary-json", metavar="PATH", help="write the sweep summary here")
     parser.add_argument("--resume", metavar="NAME", help="continue the sweep NAME (Tuner.restore)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.sweep") -> int:
+    args = build_parser(prog).parse_args(argv)
     return guarded(lambda: _sweep(args))
 
 
@@ -37,6 +50,8 @@ def _sweep(args) -> int:
     from elastic_train.sweep import results, tuner
 
     plan = sweep_plan.plan_sweep(args.config, args.overrides, args.resume)
+    if args.print_config:
+        return print_config(plan.cfg)
     plan = replace(plan, ctx=context.connect(plan.ctx, args.address))
     limit = sweep_plan.check_concurrency(plan.cfg, plan.ctx.cluster)
     print(plan.header())

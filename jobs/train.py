@@ -14,20 +14,35 @@ from __future__ import annotations
 
 import sys
 
-from jobs._cli import EXIT_FAILED, EXIT_KILLED, EXIT_OK, common_parser, guarded, write_json
+from jobs._cli import (
+    EXIT_FAILED,
+    EXIT_KILLED,
+    EXIT_OK,
+    ArgumentParser,
+    common_parser,
+    guarded,
+    print_config,
+    write_json,
+)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+def build_parser(prog: str = "python -m jobs.train") -> ArgumentParser:
+    parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
     parser.add_argument("--summary-json", metavar="PATH", help="write the run summary here")
     parser.add_argument("--resume", metavar="NAME", help="resume the run NAME from its latest checkpoint")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.train") -> int:
+    args = build_parser(prog).parse_args(argv)
     return guarded(lambda: _train(args))
 
 
 def _train(args) -> int:
     from elastic_train.launch import context, fit, summary
 
+    if args.print_config:
+        return print_config(context.plan(args.config, args.overrides, args.resume).cfg)
     ctx = context.prepare(args.config, args.overrides, args.resume, args.address)
     print(ctx.header())
     outcome = fit.fit(ctx)

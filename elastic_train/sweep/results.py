@@ -239,8 +239,28 @@ def write_results_csv(rows: list[TrialRow], cfg: JobConfig, path: Path) -> None:
 
 
 def plot_sweep(rows: list[TrialRow], cfg: JobConfig, path: Path) -> None:
-    """Left: each trial's best metric against the learning rate, coloured by global batch size.
-    Right: every trial's learning curve (metric per epoch), same colours; stopped trials dashed."""
+    """Write :func:`sweep_figure` to ``path`` (PNG)."""
+    import matplotlib.pyplot as plt
+
+    fig = sweep_figure(rows, cfg)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _number(v: Any) -> Any:
+    """A trial value as a number when it is one (a config stored before ``1e-3`` parsed as a float)."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
+def sweep_figure(rows: list[TrialRow], cfg: JobConfig) -> Any:
+    """Left: each trial's best metric against the learning rate, coloured by global batch size (a numeric
+    axis, log-scaled for lr and loguniform keys). Right: every trial's learning curve (metric per epoch),
+    same colours; stopped trials dashed. Returns the matplotlib Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -255,7 +275,7 @@ def plot_sweep(rows: list[TrialRow], cfg: JobConfig, path: Path) -> None:
     colour = {v: cmap(i) for i, v in enumerate(colours)}
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for v in colours:
-        pts = [(r.config.get(x_key), r.best_metric) for r in rows
+        pts = [(_number(r.config.get(x_key)), r.best_metric) for r in rows
                if r.best_metric is not None and r.config.get(c_key, cfg.train.global_batch_size) == v]
         if pts:
             left.scatter(*zip(*pts, strict=True), color=colour[v], label=f"batch {v}", s=36)
@@ -270,5 +290,4 @@ def plot_sweep(rows: list[TrialRow], cfg: JobConfig, path: Path) -> None:
                        linestyle="--" if r.status == "STOPPED" else "-", alpha=0.8, marker=".")
     right.set(xlabel="epoch", ylabel=metric, title="learning curves (dashed: stopped early)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig

@@ -108,6 +108,47 @@ def test_unparsable_yaml(run_main, tmp_path):
     assert out.returncode == 2 and "cannot parse YAML" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("module", ["jobs.train", "jobs.sweep", "jobs.preflight"])
+@pytest.mark.parametrize("file_text, overrides, message", [
+    # a YAML syntax error keeps its line and column
+    ("train:\n  lr: 0.1\n\tepochs: 3\n", [],
+     "cannot parse YAML (line 3, column 1: found character '\\t' that cannot start any token)"),
+    # a one-item shorthand names the value as written, not `.0=None`
+    (None, ["tracking.log_checkpoints=bestt"],
+     "error: tracking.log_checkpoints='bestt': Input should be 'none', 'last', 'best' or 'all'"),
+    # a flat file: the key lives in a section
+    ("lr: 0.001\n", [], "error: lr=0.001: unknown key in top level; did you mean 'train.lr'?"),
+    # case-insensitive, and section-aware
+    (None, ["train.LR=1e-3"], "error: train.LR=0.001: unknown key in train; did you mean 'lr'?"),
+    (None, ["train.num_workers=4"],
+     "error: train.num_workers=4: unknown key in train; did you mean 'scaling.num_workers'?"),
+    (None, ["--config", "configs"],
+     "error: --config='configs': is a folder; name a YAML file in it, e.g. configs/digits.yaml"),
+])
+def test_errors_keep_their_facts(run_main, tmp_path, module, file_text, overrides, message):
+    args = list(overrides)
+    if file_text is not None:
+        (tmp_path / "c.yaml").write_text(file_text)
+        args = ["--config", str(tmp_path / "c.yaml"), *args]
+    out = run_main(*args, module=module)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and message in out.stderr, out.stderr
+    assert out.stdout == ""  # nothing that looks like a run started
+
+
+@pytest.mark.parametrize("module", ["jobs.train", "jobs.sweep", "jobs.preflight"])
+@pytest.mark.parametrize("override, message", [
+    ("data.name=no_such_module:build", "error: data.name='no_such_module:build': cannot import 'no_such_module' "
+                                       "(ModuleNotFoundError: No module named 'no_such_module')"),
+    ("model.name=tests.helpers.user_code:not_a_model",
+     "error: model.name='tests.helpers.user_code:not_a_model': must return a torch.nn.Module, got str"),
+])
+def test_a_bad_import_prints_nothing_before_the_error(run_main, module, override, message):
+    out = run_main(override, module=module)
+    assert out.returncode == 2 and out.stderr.strip() == message, out.stderr
+    assert out.stdout == ""  # no `run NAME: storage PATH` line: no run started
+
+
 def test_overrides_may_come_anywhere_on_the_line():
     parser = common_parser("a job")
     parser.add_argument("--summary-json", metavar="PATH")

@@ -9,9 +9,13 @@ from elastic_train.config import ConfigError, load
 
 
 def test_defaults_are_the_digits_preset():
+    """One default: the built-in defaults are configs/digits.yaml's values (the preset only spells them out)."""
+    from pathlib import Path
+
     cfg = load()
     assert cfg.data.name == "digits" and cfg.model.name == "mlp"
     assert cfg.scaling.num_workers == 2 and cfg.train.global_batch_size == 128
+    assert cfg == load(Path(__file__).parents[2] / "configs" / "digits.yaml")
 
 
 def test_precedence_defaults_file_overrides(tmp_path):
