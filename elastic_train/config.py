@@ -169,6 +169,9 @@ class FailureConfig(Section):
     worker_start_timeout_s: float = Field(
         30.0, gt=0.0, description="Give up on starting a worker group after this long and decide again."
     )
+    connect_timeout_s: float = Field(
+        30.0, gt=0.0, description="Wait this long for a Ray address to answer (TCP, then ray.init); then exit 2."
+    )
 
 
 class TrackingConfig(Section):
