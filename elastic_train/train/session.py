@@ -221,6 +221,7 @@ class Session:
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
                                                     "batch_plan": self.plan.describe(), "reason": reason})
+        self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0
         book.heartbeat(time.time(), p.global_step, 0.0, blocked)
