@@ -67,6 +67,7 @@ class FaultPlan:
 
     faults: tuple[Fault, ...] = ()
     delay: float = 0.0
+    markers: str | None = None  # also where workers note their restart phases (FaultHook.note)
 
     @classmethod
     def parse(cls, spec: str | None) -> FaultPlan:
@@ -83,10 +84,10 @@ class FaultPlan:
         faults = []
         for i, entry in enumerate(e for e in entries if _FAULT_KEYS & e.keys()):
             faults.append(_fault(spec, entry, i, merged.get("markers")))
-        return cls(tuple(faults), delay)
+        return cls(tuple(faults), delay, merged.get("markers"))
 
     def for_rank(self, rank: int) -> FaultPlan:
-        return FaultPlan(tuple(f for f in self.faults if f.rank == rank), self.delay)
+        return FaultPlan(tuple(f for f in self.faults if f.rank == rank), self.delay, self.markers)
 
 
 def _entry(spec: str, part: str) -> dict[str, str]:
@@ -133,9 +134,10 @@ class FaultHook:
     """One rank's faults, checked after every optimizer step (:meth:`maybe_fire`) and inside every checkpoint
     save (:meth:`maybe_fire_save`)."""
 
-    def __init__(self, plan: FaultPlan | None = None):
+    def __init__(self, plan: FaultPlan | None = None, rank: int = 0):
         self.plan = plan or FaultPlan()
         self.delay = self.plan.delay
+        self.rank = rank
 
     @classmethod
     def from_env(cls, rank: int, spec: str | None = None, environ: Mapping[str, str] = os.environ) -> FaultHook:
@@ -145,7 +147,18 @@ class FaultHook:
 
     @classmethod
     def parse(cls, spec: str | None, rank: int) -> FaultHook:
-        return cls(FaultPlan.parse(spec).for_rank(rank))
+        return cls(FaultPlan.parse(spec).for_rank(rank), rank)
+
+    def note(self, event: str, **fields: float | int | str | None) -> None:
+        """With ``markers=DIR``: append this worker's restart phase ``event`` (``entered``, ``built``, ``restored``,
+        ``first_step``) with its unix time to ``DIR/phases.rank<R>.jsonl``, for bench/chaos.py and
+        bench/recovery.py. A no-op otherwise."""
+        if not self.plan.markers:
+            return
+        os.makedirs(self.plan.markers, exist_ok=True)
+        record = {"event": event, "unix": time.time(), "pid": os.getpid(), "rank": self.rank, **fields}
+        with open(Path(self.plan.markers) / f"phases.rank{self.rank}.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
 
     def maybe_fire(self, global_step: int) -> None:
         if self.delay:

@@ -75,6 +75,7 @@ class Session:
         self.throughput = metric_math.Throughput()
         self.restored = False
         self._build(record)
+        host.fault.note("built")
 
     def _build(self, record: RunRecord) -> None:
         cfg = self.cfg
@@ -102,6 +103,7 @@ class Session:
         if not same_rng:  # a new world size: derive this rank's RNG from the position, deterministically
             seed_everything(self.cfg.seed * 1000 + self.rank + 7919 * self.state.progress.global_step)
         self.restored = True
+        self.host.fault.note("restored", step=self.state.progress.global_step)
 
     def begin_attempt(self, checkpoint_name: str | None) -> None:
         """Charge the goodput book for this (re)start and announce it: console lines, tags, metrics."""
@@ -180,6 +182,7 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.goodput.book.first_step_done(time.time())
+        self.host.fault.note("first_step", step=self.state.progress.global_step)
 
     def _sync_and_log(self) -> dict[str, bool]:
         """All-reduce the window's sums (plus rank 0's control flags); log them; return the flags."""
