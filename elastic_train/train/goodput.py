@@ -88,6 +88,10 @@ class GoodputBook:
             self.pending_failure_since = None
         self.last_time = now
 
+    def stepped(self, global_step: int) -> None:
+        """An optimizer step finished: a failure from here on loses the steps since the restored checkpoint."""
+        self.last_step = global_step
+
     def heartbeat(self, now: float, global_step: int, productive_s: float, checkpoint_s: float) -> None:
         self.totals.productive_s += productive_s
         self.totals.checkpoint_s += checkpoint_s
