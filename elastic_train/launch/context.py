@@ -82,6 +82,10 @@ def plan(config_path: str | None, overrides: list[str], resume: str | None = Non
     cfg = config_mod.compose(file_tree, parsed)  # on its own first: a mistake names the override, not the base
     home = resolve_home()
     storage_path = resolve_storage(cfg, home)
+    if "://" in storage_path:  # object storage: endpoint, credentials, bucket checked (bounded) before anything
+        from elastic_train.launch.preflight import check_uri_storage
+
+        check_uri_storage(storage_path)
     if resume:
         stored = RunStorage(storage_path, resume).load_config()
         if stored is None:
