@@ -136,8 +136,15 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
     Ray and check the cluster: nodes, resources, storage."""
     from elastic_train.launch.preflight import check_cluster, check_static
 
-    bundle, n_params = check_static(ctx.cfg)
-    target = connect_ray(address)
+    if ctx.cfg.data.name == "ray":  # Ray Data reads on the cluster: check files and columns first, then connect
+        from elastic_train.data.ray_source import validate
+
+        validate(ctx.cfg)
+        target = connect_ray(address)
+        bundle, n_params = check_static(ctx.cfg)
+    else:
+        bundle, n_params = check_static(ctx.cfg)
+        target = connect_ray(address)
     report = check_cluster(ctx.cfg, ctx.storage_path, bundle, n_params)
     return replace(ctx, ray_target=target, cluster=report, bundle=bundle)
 
