@@ -82,6 +82,10 @@ def plan(config_path: str | None, overrides: list[str], resume: str | None = Non
     cfg = config_mod.compose(file_tree, parsed)  # on its own first: a mistake names the override, not the base
     home = resolve_home()
     storage_path = resolve_storage(cfg, home)
+    if "://" in storage_path:  # object storage: endpoint, credentials, bucket checked (bounded) before anything
+        from elastic_train.launch.preflight import check_uri_storage
+
+        check_uri_storage(storage_path)
     if resume:
         stored = RunStorage(storage_path, resume).load_config()
         if stored is None:
@@ -133,8 +137,15 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
     Ray and check the cluster: nodes, resources, storage."""
     from elastic_train.launch.preflight import check_cluster, check_static
 
-    bundle, n_params = check_static(ctx.cfg)
-    target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
+    if ctx.cfg.data.name == "ray":  # Ray Data reads on the cluster: check files and columns first, then connect
+        from elastic_train.data.ray_source import validate
+
+        validate(ctx.cfg)
+        target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
+        bundle, n_params = check_static(ctx.cfg)
+    else:
+        bundle, n_params = check_static(ctx.cfg)
+        target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
     report = check_cluster(ctx.cfg, ctx.storage_path, bundle, n_params)
     return replace(ctx, ray_target=target, cluster=report, bundle=bundle)
 
