@@ -56,13 +56,18 @@ class ModelConfig(Section):
 class DataConfig(Section):
     name: str = Field(
         "digits",
-        description="digits | synthetic | synthetic_tokens | text, or 'package.module:function' returning datasets.",
+        description="digits | synthetic | synthetic_tokens | text | tokens, or 'package.module:function' returning "
+        "datasets.",
     )
-    path: str | None = Field(None, description="text: a UTF-8 file or a folder of files, read as bytes.")
+    path: str | None = Field(None, description="text: a UTF-8 file or a folder of files, read as bytes; tokens: a "
+                             "folder made by jobs.prepare_tokens.")
     num_samples: int = Field(8192, gt=0, description="synthetic*: number of generated samples.")
     num_features: int = Field(64, gt=0, description="synthetic: input features per sample.")
     num_classes: int = Field(10, ge=2, description="synthetic: number of classes.")
     val_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="Share of the samples held out for validation.")
+    val_tokens: int | None = Field(
+        None, gt=0, description="tokens: validate on this many tokens of the val split (null = all of it)."
+    )
     loader_workers: int = Field(2, ge=0, description="DataLoader worker processes for map-style datasets.")
     options: dict[str, Any] = Field({}, description="Keyword arguments for a user 'module:function' dataset.")
     trace_path: str | None = Field(
