@@ -167,3 +167,65 @@ def test_training_on_shards_with_a_larger_vocabulary_than_the_model_is_refused(c
     want = rf"model.vocab_size=256: smaller than the tokenizer .*\({index['vocab_size']} tokens"
     with pytest.raises(ConfigError, match=want):
         build_data(_cfg(root, "model.vocab_size=256"))
+
+
+# ------------------------------------------------------------------------------------------- budgets
+
+
+def test_one_budget_only_and_a_token_budget_below_one_step_is_refused(corpus):
+    root, docs, index, s = corpus
+    with pytest.raises(ConfigError, match=r"train.max_tokens=1000: train.max_steps=5 is set too; give one budget"):
+        load(None, ["train.max_steps=5", "train.max_tokens=1000"])
+    with pytest.raises(ConfigError, match=r"train.betas.*\[0, 1\)"):
+        load(None, ["train.betas=[0.9, 1.5]"])
+    from elastic_train.launch.preflight import check_static
+
+    with pytest.raises(ConfigError, match=r"train.max_tokens=100: smaller than one optimizer step \(192 tokens"):
+        check_static(_cfg(root, "train.max_tokens=100"))
+
+
+def test_step_and_token_budgets_stop_exactly_and_the_cosine_ends_at_min_lr_ratio_across_a_resume():
+    from elastic_train.train.budget import Budget
+    from elastic_train.train.loop import make_optimizer, make_scheduler
+    from elastic_train.train.policy import CheckpointPolicy
+    from elastic_train.train.state import Progress
+
+    cfg = load(None, ["train.max_steps=25", "train.warmup_steps=5", "train.min_lr_ratio=0.1", "train.lr=0.01",
+                      "train.betas=[0.8, 0.95]", "train.eps=1e-6", "train.global_batch_size=8"])
+    budget = Budget.of(cfg.train, steps_per_epoch=10)
+    assert (budget.total_steps, budget.epochs) == (25, 3)
+    tok = load(None, ["train.max_tokens=4000", "train.global_batch_size=8"]).train
+    assert Budget.of(tok, 10, tokens_per_sample=16).total_steps == 4000 // (8 * 16)
+
+    def fresh():
+        opt = make_optimizer(torch.nn.Linear(2, 2), cfg.train)
+        return opt, make_scheduler(opt, cfg.train, budget.total_steps)
+
+    opt, sched = fresh()
+    assert opt.param_groups[0]["betas"] == (0.8, 0.95) and opt.param_groups[0]["eps"] == 1e-6
+    policy = CheckpointPolicy(cfg, lambda: None, print, budget)
+    flags = {"time_checkpoint": False, "check_preemption": False}
+    p, lrs, finals = Progress(), [], []
+    while not budget.done(p):
+        opt.step()
+        sched.step()
+        p.advance(8, budget.steps_per_epoch)
+        lrs.append(sched.get_last_lr()[0])
+        if policy.is_sync_point(p.global_step, p.step_in_epoch):
+            finals.append((p.global_step, policy.reason(flags, p, p.step_in_epoch == 0)))
+        if p.global_step == 12:
+            saved = (sched.state_dict(), opt.state_dict())
+    assert p.global_step == 25 and p.epoch == 2 and p.step_in_epoch == 5  # stopped mid-epoch, exactly
+    assert finals[-1] == (25, "final") and all(r != "final" for _, r in finals[:-1])
+    assert lrs[-1] == pytest.approx(0.01 * 0.1) and max(lrs) == pytest.approx(0.01)
+    opt2, sched2 = fresh()  # a resume at step 12 continues the same schedule to the same end
+    sched2.load_state_dict(saved[0])
+    opt2.load_state_dict(saved[1])
+    resumed = []
+    for _ in range(25 - 12):
+        opt2.step()
+        sched2.step()
+        resumed.append(sched2.get_last_lr()[0])
+    assert resumed == lrs[12:]
+    assert Progress(epoch=2, step_in_epoch=5, global_step=25).epoch_label() == 3
+    assert budget.label(p) == "step 25/25 (epoch 3)"
