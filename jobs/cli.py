@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "evaluate": "jobs.evaluate",
     "preflight": "jobs.preflight",
     "ui": "jobs.mlflow_ui",
+    "prepare-tokens": "jobs.prepare_tokens",
 }
 
 

@@ -32,7 +32,7 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     from elastic_train.launch.trainer import build_trainer
 
     latest = ctx.storage.latest_checkpoint()
-    if latest and latest[1].get("progress", {}).get("epoch", 0) >= ctx.cfg.train.epochs:
+    if latest and _budget_spent(ctx, latest[1].get("progress", {})):
         return Outcome(None, None, None, "FINISHED", already_complete={"checkpoint": latest[0], "meta": latest[1]})
     ctx.storage.save_config(ctx.cfg.model_dump(mode="json"))
     cbs = list(callbacks or []) + _tracking_callbacks(ctx)
@@ -50,6 +50,21 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
         pass
     ray.kill(ledger)  # done: nothing else may hold it (the controller's copy of the handle is a borrow)
     return Outcome(result, error, book, status)
+
+
+def _budget_spent(ctx: RunContext, progress: dict[str, Any]) -> bool:
+    """The stored progress already reached the run's budget (epochs, or max_steps / max_tokens)."""
+    from elastic_train.data.sampler import steps_per_epoch
+    from elastic_train.train.budget import Budget
+    from elastic_train.train.state import Progress
+
+    t = ctx.cfg.train
+    if t.max_steps is None and t.max_tokens is None or ctx.bundle is None:
+        return progress.get("epoch", 0) >= t.epochs
+    spe = steps_per_epoch(len(ctx.bundle.train), t.global_batch_size)
+    budget = Budget.of(t, spe, ctx.bundle.spec.tokens_per_sample)
+    return budget.done(Progress(**{k: progress.get(k, 0) for k in ("epoch", "step_in_epoch", "global_step",
+                                                                   "samples_seen")}))
 
 
 def _tracking_callbacks(ctx: RunContext) -> list[Any]:

@@ -25,6 +25,7 @@ from elastic_train.data.batching import BatchPlan
 from elastic_train.data.loader import WorkerData
 from elastic_train.models import build_model
 from elastic_train.train import metrics as metric_math
+from elastic_train.train.budget import Budget
 from elastic_train.train.console import Console
 from elastic_train.train.evaluator import eval_batch_size, validate
 from elastic_train.train.faults import FaultHook
@@ -89,7 +90,8 @@ class Session:
         self.model = self.strategy.prepare(model, cfg, self.device)
         self.precision = self.strategy.precision(cfg.train.precision, self.device)
         optimizer = make_optimizer(self.model, cfg.train)
-        scheduler = make_scheduler(optimizer, cfg.train, cfg.train.epochs * self.data.steps_per_epoch)
+        self.budget = Budget.of(cfg.train, self.data.steps_per_epoch, self.bundle.spec.tokens_per_sample)
+        scheduler = make_scheduler(optimizer, cfg.train, self.budget.total_steps)
         self.state = TrainState(self.model, optimizer, scheduler, self.precision, self.strategy, record=record)
         self.flops_per_sample = metric_math.flops_per_sample(self.model, self.bundle.spec, cfg)
 
@@ -142,10 +144,10 @@ class Session:
     def run(self) -> None:
         cfg, p, steps_per_epoch = self.cfg, self.state.progress, self.data.steps_per_epoch
         self.window = metric_math.Window(self.device)
-        self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line)  # its clocks start now
+        self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line, self.budget)  # clocks start
         first = True
-        while p.epoch < cfg.train.epochs:
-            self.console.epoch_bar(p.epoch, cfg.train.epochs, steps_per_epoch, p.step_in_epoch)
+        while not self.budget.done(p):
+            self.console.epoch_bar(p.epoch, self.budget.epochs, steps_per_epoch, p.step_in_epoch)
             for micro in self._timed(self.data.epoch(p.epoch, p.step_in_epoch)):
                 result = train_step(
                     self.model, micro, self.state.optimizer, self.state.scheduler, self.precision,
@@ -163,6 +165,8 @@ class Session:
                 self.host.fault.maybe_fire(p.global_step)
                 if self.policy.is_sync_point(p.global_step, p.step_in_epoch):
                     self._maybe_checkpoint(self._sync_and_log(), epoch_end=p.step_in_epoch == 0)
+                if self.budget.done(p):  # a step/token budget ends mid-epoch (its last step was a sync point)
+                    break
         if not self.window.empty:  # the loop ended between sync points
             self._maybe_checkpoint(self._sync_and_log(), epoch_end=True)
 
@@ -194,8 +198,7 @@ class Session:
         self._log(stats, p.global_step)
         self.console.progress(
             int(totals["steps"]),
-            f"epoch {p.epoch_label()}/{self.cfg.train.epochs} step {p.global_step} "
-            f"loss {stats['train_loss']:.4f} {metric_math.speed_text(stats)}",
+            f"{self.budget.label(p)} loss {stats['train_loss']:.4f} {metric_math.speed_text(stats)}",
         )
         self.goodput.book.heartbeat(time.time(), p.global_step, wall, 0.0)
         self.throughput.add(totals["samples"], wall, warm=self.window.warm, data_wait_s=self.window.data_wait_s)
@@ -241,7 +244,7 @@ class Session:
         self._log({**{k: v for k, v in metrics.items() if k.startswith("val_")}, **goodput}, p.global_step, final)
         self.console.close()
         self.console.line(
-            f"epoch {p.epoch_label()}/{self.cfg.train.epochs} step {p.global_step}: "
+            f"{self.budget.label(p)}: "
             + " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith(("val_", "train_loss")))
             + f" [checkpoint: {reason}]"
         )
