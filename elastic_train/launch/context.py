@@ -25,6 +25,7 @@ from elastic_train.data import DataBundle
 from elastic_train.launch.preflight import PreflightReport
 from elastic_train.launch.quiet import filter_forwarded_lines, quiet_ray_driver_logs
 from elastic_train.launch.storage import RunStorage, default_run_name, resolve_home, resolve_storage
+from elastic_train.train.faults import FaultPlan
 from tracking import TrackingBackend, TrackingSpec, TrackingUnavailable, open_backend
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,9 @@ def plan(config_path: str | None, overrides: list[str], resume: str | None = Non
     resuming = storage.has_checkpoints()
     if resuming:
         config_mod.refuse_incompatible_resume(storage.load_config(), cfg)
-    return RunContext(cfg, run_name, home, storage_path, resuming, config_path, now,
-                      fault=os.environ.get(FAULT_ENV) or None)
+    fault = os.environ.get(FAULT_ENV) or None
+    FaultPlan.parse(fault)  # a malformed test-fault spec exits 2 here, not in a worker
+    return RunContext(cfg, run_name, home, storage_path, resuming, config_path, now, fault=fault)
 
 
 # ---------------------------------------------------------------------------------------- connect

@@ -76,6 +76,7 @@ class Session:
         self.throughput = metric_math.Throughput()
         self.restored = False
         self._build(record)
+        host.fault.note("built")
 
     def _build(self, record: RunRecord) -> None:
         cfg = self.cfg
@@ -104,6 +105,7 @@ class Session:
         if not same_rng:  # a new world size: derive this rank's RNG from the position, deterministically
             seed_everything(self.cfg.seed * 1000 + self.rank + 7919 * self.state.progress.global_step)
         self.restored = True
+        self.host.fault.note("restored", step=self.state.progress.global_step)
 
     def begin_attempt(self, checkpoint_name: str | None) -> None:
         """Charge the goodput book for this (re)start and announce it: console lines, tags, metrics."""
@@ -184,6 +186,7 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.goodput.book.first_step_done(time.time())
+        self.host.fault.note("first_step", step=self.state.progress.global_step)
 
     def _sync_and_log(self) -> dict[str, bool]:
         """All-reduce the window's sums (plus rank 0's control flags); log them; return the flags."""
@@ -224,6 +227,7 @@ class Session:
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
                                                     "batch_plan": self.plan.describe(), "reason": reason})
+        self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0
         book.heartbeat(time.time(), p.global_step, 0.0, blocked)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,14 @@ class WorkerArgs:
 
 
 def train_loop_per_worker(args: dict[str, Any]) -> None:
+    entered = time.time()
     checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
     wargs = WorkerArgs(**args)
     cfg = JobConfig.model_validate(wargs.config)
     if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
         _quiet_ray_train_logs()
     host = _host(wargs)
+    host.fault.note("entered", at=entered, process_start=_process_start())
     bundle = ray.get(wargs.data_ref) if wargs.data_ref is not None else build_data(cfg)
     record = RunRecord(run_name=wargs.run_name, mlflow_run_id=wargs.tracking.run_id if wargs.tracking else None)
     session = Session(cfg, host, bundle, config=wargs.config, record=record, log_floor=wargs.log_floor)
@@ -69,6 +72,17 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
         session.run()
     finally:
         session.close()
+
+
+def _process_start() -> float | None:
+    """This worker process's start (unix time; Linux /proc): the restart phases before our code end here."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):  # not Linux: the phase is folded into the next
+        return None
 
 
 def _host(args: WorkerArgs) -> Host:
