@@ -49,6 +49,7 @@ def build_trainer(
         fault=ctx.fault,
         progress_bars=sys.stdout.isatty(),
         data_ref=data_ref,
+        launched=ctx.started,
     )
     env_vars = dict(tracking.env) if tracking else {}
     return TorchTrainer(

@@ -75,6 +75,7 @@ class Session:
         self.strategy = make_strategy(cfg.scaling.strategy)
         self.throughput = metric_math.Throughput()
         self.restored = False
+        self._eval_s = 0.0
         self._build(record)
         host.fault.note("built")
 
@@ -145,6 +146,7 @@ class Session:
     # ------------------------------------------------------------------------------ the loop
     def run(self) -> None:
         cfg, p, steps_per_epoch = self.cfg, self.state.progress, self.data.steps_per_epoch
+        self.goodput.book.loop_started(time.time())  # startup (or a restart) ends: steps count from here
         self.window = metric_math.Window(self.device)
         self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line, self.budget)  # clocks start
         first = True
@@ -230,7 +232,7 @@ class Session:
         self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0
-        book.heartbeat(time.time(), p.global_step, 0.0, blocked)
+        book.heartbeat(time.time(), p.global_step, 0.0, max(0.0, blocked - self._eval_s), self._eval_s)
         self.goodput.push(force=True)
         self.policy.checkpointed()
         self.window.reset()
@@ -257,9 +259,11 @@ class Session:
         return metrics
 
     def _evaluate(self) -> dict[str, float]:
+        t0 = time.perf_counter()
         batch = eval_batch_size(self.bundle.spec, self.plan.micro_batch_size)
         batches = self.data.val_batches(batch, equal_counts=self.strategy.equal_eval_batches)
         metrics, _ = validate(self.model, batches, self.precision, self.device, self.world, self.bundle.spec)
+        self._eval_s = time.perf_counter() - t0  # goodput: validation's share of the checkpoint's block
         return metrics
 
     def _final_metrics(self) -> dict[str, Any]:

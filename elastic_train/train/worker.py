@@ -48,6 +48,7 @@ class WorkerArgs:
     fault: str | None = None
     progress_bars: bool = False  # tqdm_ray bars when the driver writes to a terminal, else plain lines
     data_ref: Any | None = None  # the driver's DataBundle in the object store (skips rebuilding it)
+    launched: float | None = None  # unix time the driver was launched: goodput's startup counts from it
 
 
 def train_loop_per_worker(args: dict[str, Any]) -> None:
@@ -98,7 +99,7 @@ def _host(args: WorkerArgs) -> Host:
     ledger = _RayLedger(args.ledger) if args.ledger is not None and rank == 0 else None
     return Host(
         rank, world, device, console, tracker,
-        goodput=GoodputReporter(ledger, console.line),
+        goodput=GoodputReporter(ledger, console.line, args.launched),
         fault=FaultHook.from_env(rank, args.fault),
         report=_report,
         preemption_info=ray.train.get_preemption_info,
