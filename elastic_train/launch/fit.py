@@ -26,9 +26,11 @@ class Outcome:
     ended: float | None = None  # unix time training returned (teardown follows)
 
 
-def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None) -> Outcome:
+def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None,
+        start_from: str | None = None) -> Outcome:
     """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``data_ref``: the
-    dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put."""
+    dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put.
+    ``start_from``: another run's checkpoint the workers continue while this run has none of its own (PBT)."""
     import ray
 
     from elastic_train.launch.ledger import create_ledger
@@ -46,7 +48,8 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     )
     ledger = create_ledger()
     trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs,
-                            data_ref=data_ref if data_ref is not None else share_data(ctx.bundle))
+                            data_ref=data_ref if data_ref is not None else share_data(ctx.bundle),
+                            start_from=start_from)
     timeline.mark("trainer start")
     result, error, status = _run(trainer)
     ended = time.time()

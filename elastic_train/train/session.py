@@ -108,6 +108,19 @@ class Session:
         self.restored = True
         self.host.fault.note("restored", step=self.state.progress.global_step)
 
+    def adopt(self, record: RunRecord) -> dict[str, Any]:
+        """After :meth:`restore` from another run's checkpoint (a PBT clone): continue its state as this run, with
+        this run's learning rate; this run's accounting starts afresh at the donor's position."""
+        origin = self.state.adopt(self.cfg.train.lr, record)
+        self.restored = False
+        t = self.cfg.train
+        self.console.line(f"cloned from {origin['run_name']} at step {origin['global_step']} (epoch "
+                          f"{origin['epoch']}): lr {t.lr:.4g}, global batch {t.global_batch_size}")
+        self.data.mark({"cloned_from": origin})
+        self.tracker.set_tags({"pbt.cloned_from": origin["run_name"], "pbt.cloned_at_step": origin["global_step"],
+                               "pbt.cloned_at_epoch": origin["epoch"]})
+        return origin
+
     def begin_attempt(self, checkpoint_name: str | None) -> None:
         """Charge the goodput book for this (re)start and announce it: console lines, tags, metrics."""
         p, rec = self.state.progress, self.state.record

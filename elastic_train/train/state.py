@@ -192,6 +192,22 @@ class TrainState:
         rec["goodput"] = Goodput(**rec["goodput"])
         self.record = RunRecord(**rec)
 
+    def adopt(self, lr: float, record: RunRecord) -> dict[str, Any]:
+        """Continue another run's restored state as the run ``record`` names, at learning rate ``lr``
+        (population-based training): model, optimizer moments, schedule position, data position and RNG stay the
+        donor's; the learning rate (the schedule's base) and the run's identity and accounting become this run's.
+        Returns where it came from."""
+        origin = {"run_name": self.record.run_name, "global_step": self.progress.global_step,
+                  "epoch": self.progress.epoch, "step_in_epoch": self.progress.step_in_epoch}
+        step = self.scheduler.last_epoch
+        self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
+        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
+            group["initial_lr"] = lr
+            group["lr"] = lr * factor(step)
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        self.record = record
+        return origin
+
     # ------------------------------------------------------------------------------ save / load
     def save(self, directory: str | Path, rank: int, meta: dict[str, Any]) -> None:
         """Write this rank's part of a checkpoint into ``directory`` (rank 0 writes meta.json last)."""
