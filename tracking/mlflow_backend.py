@@ -92,6 +92,11 @@ class MlflowBackend:
 
         return {**environment_params(), "env.mlflow": mlflow.__version__}
 
+    def log_dataset(self, spec: TrackingSpec, info: dict[str, Any]) -> None:
+        from tracking.datasets import log_dataset_input
+
+        log_dataset_input(spec.uri, spec.run_id, info)
+
     def _client(self) -> Any:
         from mlflow.tracking import MlflowClient
 

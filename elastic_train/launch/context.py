@@ -23,6 +23,7 @@ from typing import Any
 from elastic_train import config as config_mod
 from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import DataBundle
+from elastic_train.data.spec import source_of
 from elastic_train.launch import timeline
 from elastic_train.launch.preflight import PreflightReport
 from elastic_train.launch.quiet import filter_forwarded_lines, quiet_ray_driver_logs
@@ -212,6 +213,11 @@ def track(ctx: RunContext, kind: str = "train", parent_run_id: str | None = None
     writer.log_params(params)
     writer.set_tags({"storage": ctx.storage.uri(), "resumed": resumed})
     writer.close(timeout_s=30)
+    if ctx.bundle is not None:  # the run page's Datasets panel: source URI, schema, digest, row count
+        try:
+            backend.log_dataset(spec, vars(source_of(ctx.bundle, ctx.cfg.data.name)))
+        except Exception as e:  # noqa: BLE001 - a missing dataset entry must not stop a run
+            log.warning("could not record the dataset input: %s", e)
     timeline.mark("mlflow run")
     return replace(ctx, tracking=spec)
 
