@@ -56,11 +56,11 @@ class ModelConfig(Section):
 class DataConfig(Section):
     name: str = Field(
         "digits",
-        description="digits | synthetic | synthetic_tokens | text | tokens, or 'package.module:function' returning "
-        "datasets.",
+        description="digits | synthetic | synthetic_tokens | text | tokens | ray (Ray Data, see docs/ray-data.md), "
+        "or 'package.module:function' returning datasets.",
     )
     path: str | None = Field(None, description="text: a UTF-8 file or a folder of files, read as bytes; tokens: a "
-                             "folder made by jobs.prepare_tokens.")
+                             "folder made by jobs.prepare_tokens; ray: a file or folder, local or s3://.")
     num_samples: int = Field(8192, gt=0, description="synthetic*: number of generated samples.")
     num_features: int = Field(64, gt=0, description="synthetic: input features per sample.")
     num_classes: int = Field(10, ge=2, description="synthetic: number of classes.")
@@ -70,6 +70,20 @@ class DataConfig(Section):
     )
     loader_workers: int = Field(2, ge=0, description="DataLoader worker processes for map-style datasets.")
     options: dict[str, Any] = Field({}, description="Keyword arguments for a user 'module:function' dataset.")
+    format: Literal["parquet", "csv", "json", "images", "numpy"] = Field(
+        "parquet", description="ray: file format under data.path (json = JSON lines)."
+    )
+    features: list[str] = Field([], description="ray: the feature column(s), stacked into one float32 input.")
+    feature_shape: list[int] | None = Field(None, description="ray: reshape each sample's features, e.g. [1, 8, 8].")
+    label: str = Field("label", description="ray: the integer class label column.")
+    id_column: str | None = Field(
+        None, description="ray: a unique sample id column; rows are ordered by it (else by file and row order)."
+    )
+    preprocess: str | None = Field(
+        None, description="ray: 'package.module:function' applied with map_batches to dicts of numpy columns."
+    )
+    preprocess_cpus: float = Field(1.0, gt=0.0, description="ray: CPUs per preprocess task (not the trainers').")
+    preprocess_concurrency: int | None = Field(None, gt=0, description="ray: preprocess tasks at once; null = auto.")
     trace_path: str | None = Field(
         None, description="Debug: append the sample ids each worker consumes per step to PATH.rank<r> (JSONL)."
     )
@@ -196,6 +210,9 @@ class FailureConfig(Section):
     )
     worker_start_timeout_s: float = Field(
         30.0, gt=0.0, description="Give up on starting a worker group after this long and decide again."
+    )
+    connect_timeout_s: float = Field(
+        30.0, gt=0.0, description="Wait this long for a Ray address to answer (TCP, then ray.init); then exit 2."
     )
 
 

@@ -82,6 +82,10 @@ def plan(config_path: str | None, overrides: list[str], resume: str | None = Non
     cfg = config_mod.compose(file_tree, parsed)  # on its own first: a mistake names the override, not the base
     home = resolve_home()
     storage_path = resolve_storage(cfg, home)
+    if "://" in storage_path:  # object storage: endpoint, credentials, bucket checked (bounded) before anything
+        from elastic_train.launch.preflight import check_uri_storage
+
+        check_uri_storage(storage_path)
     if resume:
         stored = RunStorage(storage_path, resume).load_config()
         if stored is None:
@@ -104,27 +108,28 @@ def plan(config_path: str | None, overrides: list[str], resume: str | None = Non
 # ---------------------------------------------------------------------------------------- connect
 
 
-def connect_ray(address: str | None = None) -> str:
-    """Connect to ``address`` / ``$RAY_ADDRESS``, else a head started with ``ray start``, else start one."""
+def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
+    """Connect to ``address`` / ``$RAY_ADDRESS``, else a live head started with ``ray start``, else start an
+    embedded Ray. Never hangs: an address that does not answer within ``timeout_s`` raises ConfigError (exit 2);
+    a stale head left in ``ray_current_cluster`` is one warning line (:mod:`elastic_train.launch.reach`)."""
     import ray
+
+    from elastic_train.launch import reach
 
     if ray.is_initialized():
         return "already connected"
+    target = reach.choose(address, timeout_s)
+    if target.warning:
+        log.warning("warning: %s", target.warning)
     quiet_ray_driver_logs()  # Ray's known-benign lines off the console (elastic_train.launch.quiet)
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
-    target = address or os.environ.get("RAY_ADDRESS")
-    if target:
-        ray.init(address=target, **kwargs)
-        how = f"cluster at {target}"
+    if target.embedded:
+        ray.init(address="local", **kwargs)  # never "auto": it would follow a stale ray_current_cluster again
     else:
-        try:
-            ray.init(address="auto", **kwargs)
-            how = "local head (ray start)"
-        except (ConnectionError, RuntimeError):
-            ray.init(**kwargs)
-            how = "embedded local Ray"
+        reach.bounded(lambda: ray.init(address=target.init_address(), **kwargs), timeout_s,
+                      target.source, target.address)
     filter_forwarded_lines()
-    return how
+    return target.how
 
 
 def connect(ctx: RunContext, address: str | None = None) -> RunContext:
@@ -132,8 +137,15 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
     Ray and check the cluster: nodes, resources, storage."""
     from elastic_train.launch.preflight import check_cluster, check_static
 
-    bundle, n_params = check_static(ctx.cfg)
-    target = connect_ray(address)
+    if ctx.cfg.data.name == "ray":  # Ray Data reads on the cluster: check files and columns first, then connect
+        from elastic_train.data.ray_source import validate
+
+        validate(ctx.cfg)
+        target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
+        bundle, n_params = check_static(ctx.cfg)
+    else:
+        bundle, n_params = check_static(ctx.cfg)
+        target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
     report = check_cluster(ctx.cfg, ctx.storage_path, bundle, n_params)
     return replace(ctx, ray_target=target, cluster=report, bundle=bundle)
 

@@ -23,8 +23,9 @@ class Outcome:
     already_complete: dict[str, Any] | None = None  # {"checkpoint", "meta"}: nothing was left to train
 
 
-def fit(ctx: RunContext, callbacks: list[Any] | None = None) -> Outcome:
-    """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on)."""
+def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None) -> Outcome:
+    """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``data_ref``: the
+    dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put."""
     import ray
 
     from elastic_train.launch.ledger import create_ledger
@@ -39,7 +40,8 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None) -> Outcome:
         backend_for(ctx.tracking, ctx.home).last_logged_step(ctx.tracking) if ctx.tracking and ctx.resuming else -1
     )
     ledger = create_ledger()
-    trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs, data_ref=share_data(ctx.bundle))
+    trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs,
+                            data_ref=data_ref if data_ref is not None else share_data(ctx.bundle))
     result, error, status = _run(trainer)
     book = None
     try:

@@ -8,6 +8,7 @@ from typing import Any
 from elastic_train.data import as_numpy_example
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.fit import Outcome
+from elastic_train.launch.storage import checkpoint_uri
 from tracking import TrackingSpec, backend_for
 
 
@@ -20,7 +21,8 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
     else:
         res = outcome.result
         m = dict(res.metrics or {}) if res is not None else {}
-        checkpoint = res.checkpoint.path if res is not None and res.checkpoint else None
+        has_checkpoint = res is not None and res.checkpoint
+        checkpoint = checkpoint_uri(ctx.storage_path, res.checkpoint.path) if has_checkpoint else None
     book = outcome.book or {}
     totals = book.get("totals") or {}
     first = m.get("first_step_unix") or book.get("first_step_unix")

@@ -25,6 +25,14 @@ log = logging.getLogger(__name__)
 # Keys a trial may not change: they name the sweep, its storage or its tracking, or are the sweep itself.
 UNSWEEPABLE = ("sweep.", "tracking.", "name", "checkpoint.storage_path")
 
+# A trial's folders under the sweep's: Tune's record (``tune-<id>``) and its Ray Train run (``trial-<id>``).
+TRIAL_PREFIX, TUNE_PREFIX = "trial-", "tune-"
+
+
+def trial_run_name(trial_id: str) -> str:
+    """The trial's run name: its Ray Train run folder and its MLflow child run."""
+    return f"{TRIAL_PREFIX}{trial_id}"
+
 
 @dataclass(frozen=True)
 class SweepPlan:

@@ -25,13 +25,13 @@ from elastic_train import config as config_mod
 from elastic_train.config import JobConfig
 from elastic_train.launch import context
 from elastic_train.launch.context import RunContext
-from elastic_train.launch.fit import fit
+from elastic_train.launch.fit import fit, share_data
 from elastic_train.launch.storage import RunStorage
 from elastic_train.launch.summary import finish, summarize
-from elastic_train.sweep.plan import SweepPlan
+from elastic_train.sweep.plan import TRIAL_PREFIX, TUNE_PREFIX, SweepPlan, trial_run_name
 from tracking import backend_for
 
-TRIAL_PREFIX, TUNE_PREFIX = "trial-", "tune-"
+__all__ = ["TRIAL_PREFIX", "TUNE_PREFIX", "run_trial", "run_tuner", "trial_run_name"]
 
 
 class TrialFailed(RuntimeError):
@@ -80,8 +80,9 @@ def make_search(cfg: JobConfig) -> Any | None:
 class TrialContext:
     """What every trial needs from the sweep's driver (handed over by ``tune.with_parameters``)."""
 
-    sweep: RunContext  # the sweep's context: resolved base config, cluster, dataset, parent tracking run
-    sweep_dir: str
+    sweep: RunContext  # the sweep's context: resolved base config, cluster, parent tracking run (no dataset
+    sweep_dir: str     # when data_ref holds it)
+    data_ref: Any | None = None  # the sweep's dataset, put in the object store once for every trial
 
 
 def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
@@ -89,8 +90,13 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     from ray import tune
 
     from elastic_train.sweep.placement_groups import OrphanedPlacementGroupReaper, settle
+    from elastic_train.sweep.progress import TrialProgress
 
-    trial = TrialContext(replace(plan.ctx, cfg=resolved_base(plan)), plan.sweep_dir)
+    # The dataset goes into the object store once per sweep; trials and their workers get the reference (a
+    # trial that changes a data key builds its own, trial_context). Without it each trial re-put its copy.
+    data_ref = share_data(plan.ctx.bundle)
+    base = replace(plan.ctx, cfg=resolved_base(plan), bundle=None if data_ref is not None else plan.ctx.bundle)
+    trial = TrialContext(base, plan.sweep_dir, data_ref)
     trainable = tune.with_resources(tune.with_parameters(run_trial, trial=trial), {"CPU": plan.cfg.sweep.trial_cpus})
     RunStorage(plan.ctx.storage_path, plan.name).save_config(plan.cfg.model_dump(mode="json"))
     if plan.restoring:  # the restored Tuner brings back its own config, scheduler state and callbacks
@@ -110,7 +116,8 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
                 # A trial's failures are handled inside it, by Ray Train, within failure.max_failures; a trial
                 # that still fails is reported (and retried by --resume), not retried again here.
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-                callbacks=[OrphanedPlacementGroupReaper()], verbose=1,
+                # Tune's table shows each trial's last report; ours ranks by its best checkpoint (results.py).
+                callbacks=[OrphanedPlacementGroupReaper(), TrialProgress(plan.sweep_dir, plan.cfg)], verbose=0,
             ),
         )
     before = len(OrphanedPlacementGroupReaper.removed)
@@ -131,7 +138,10 @@ def _trial_dirname(trial: Any) -> str:
 
 def resolved_base(plan: SweepPlan) -> JobConfig:
     """The base config with everything a trial must not resolve from its own working directory made absolute."""
-    fixed: dict[str, Any] = {"checkpoint.storage_path": plan.ctx.storage_path}
+    s = plan.cfg.sweep
+    # A trial keeps its best checkpoint by the sweep's metric: the checkpoint the sweep calls its best.
+    fixed: dict[str, Any] = {"checkpoint.storage_path": plan.ctx.storage_path, "checkpoint.score": s.metric,
+                             "checkpoint.score_mode": s.mode}
     if plan.cfg.tracking.enabled:
         fixed["tracking.uri"] = context.tracking_backend(plan.ctx).uri
     if plan.cfg.data.path and "://" not in plan.cfg.data.path:
@@ -140,10 +150,6 @@ def resolved_base(plan: SweepPlan) -> JobConfig:
 
 
 # ---------------------------------------------------------------------------------------- a trial
-
-
-def trial_run_name(trial_id: str) -> str:
-    return f"{TRIAL_PREFIX}{trial_id}"
 
 
 def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
@@ -155,11 +161,13 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     parent = trial.sweep.tracking
     ctx = trial_context(trial.sweep, trial.sweep_dir, overrides, trial_run_name(trial_id))
     ctx = context.track(ctx, kind="trial", parent_run_id=parent.run_id if parent else None)
+    data_ref = trial.data_ref if ctx.bundle is None else None  # None: the trial built its own data
     if ctx.tracking is not None:
         writer = backend_for(ctx.tracking, ctx.home).writer(ctx.tracking)
-        writer.set_tags({"trial_id": trial_id, **{f"sweep.{k}": v for k, v in overrides.items()}})
+        writer.set_tags({"trial_id": trial_id, **{f"sweep.{k}": v for k, v in overrides.items()},
+                         "data_object": data_ref.hex() if data_ref is not None else "own"})
         writer.close(timeout_s=30)
-    outcome = fit(ctx, callbacks=[TuneReportCallback()])
+    outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref)
     if outcome.already_complete:  # a restored sweep re-ran a trial whose training had already ended
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})

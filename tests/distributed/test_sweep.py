@@ -65,8 +65,11 @@ def asha(ray_module, session_home, tmp_path_factory):
     marker = tmp / "fault-fired"
     os.environ["ELASTIC_TRAIN_FAULT"] = f"step=3,rank=1,marker={marker},mode=exit"
     try:
+        # The digits, built by a user function that counts its calls (tests/helpers/user_code.py).
         summary = run_sweep(tmp, "asha", "sweep.search=grid", GRID, "sweep.scheduler=asha", "sweep.grace_period=1",
-                            "sweep.reduction_factor=2", "tracking.register_model=sweep-test-model")
+                            "sweep.reduction_factor=2", "tracking.register_model=sweep-test-model",
+                            "data.name=tests.helpers.user_code:counted_digits",
+                            f"data.options={{count_path: {tmp / 'data-builds'}}}")
     finally:
         del os.environ["ELASTIC_TRAIN_FAULT"]
     return tmp, summary, marker
@@ -127,6 +130,60 @@ def test_mlflow_holds_one_parent_and_a_child_per_trial(asha):
     names = {a.path for a in mlflow_client(summary).list_artifacts(parent.info.run_id)}
     assert {"results.csv", "sweep.png", "best_config.yaml", "summary.json", "best_checkpoint"} <= names
     assert parent.data.metrics["total_epochs"] == summary["total_epochs"]
+
+
+def test_the_sweep_builds_its_data_once_and_every_trial_shares_one_object(asha):
+    """Built once, on the sweep's driver (no trial or worker rebuilt it), and put in the object store once: every
+    trial's child run names the same object."""
+    tmp, summary, _ = asha
+    assert (tmp / "data-builds").read_text().splitlines() == [str(os.getpid())]
+    objects = {k.data.tags["data_object"] for k in children(summary)}
+    assert len(objects) == 1 and "own" not in objects
+
+
+def test_world_sizes_and_restarts_per_trial_in_summary_csv_and_child_runs(asha):
+    import csv
+
+    tmp, summary, _ = asha
+    trials = {t["trial_id"]: t for t in summary["trials"]}
+    assert all(t["world_sizes"] == [2] for t in trials.values())
+    assert sorted(t["restarts"] for t in trials.values()) == [0] * 5 + [1]  # the injected crash, in one trial
+    local = mlflow_client(summary).download_artifacts(summary["mlflow_parent_run_id"], "results.csv", str(tmp))
+    table = list(csv.DictReader(Path(local).open()))
+    assert {r["trial_id"]: (r["world_sizes"], int(r["restarts"])) for r in table} == {
+        i: ("2", t["restarts"]) for i, t in trials.items()}
+    tags = {k.data.tags["trial_id"]: (k.data.tags["world_sizes"], k.data.tags["restarts"]) for k in children(summary)}
+    assert tags == {i: ("[2]", str(t["restarts"])) for i, t in trials.items()}
+
+
+def test_best_is_one_trial_value_and_checkpoint_everywhere(asha):
+    """Summary, results.csv, the parent run's tags and metric, best_config.yaml, best_checkpoint and the registered
+    model all name the same trial, value, epoch and checkpoint: the trial's best checkpoint."""
+    import csv
+
+    from tracking.models import load_logged_model
+
+    tmp, summary, _ = asha
+    best, client = summary["best"], mlflow_client(summary)
+    assert best["trial_id"] == summary["trials"][0]["trial_id"] and best["rule"] == "best checkpoint"
+    meta = json.loads((Path(best["checkpoint"]) / "meta.json").read_text())
+    assert (meta["metrics"]["val_loss"], meta["metrics"]["epoch"], meta["metrics"]["global_step"]) == (
+        best["metric"], best["epoch"], best["step"])
+    parent = client.get_run(summary["mlflow_parent_run_id"])
+    assert (parent.data.tags["best_trial"], parent.data.tags["best_checkpoint"]) == (best["trial_id"],
+                                                                                      best["checkpoint"])
+    assert float(parent.data.tags["best_value"]) == pytest.approx(best["metric"], rel=1e-3)
+    assert float(parent.data.tags["best_epoch"]) == best["epoch"]
+    assert parent.data.metrics["best_val_loss"] == pytest.approx(best["metric"], rel=1e-12)
+    local = client.download_artifacts(parent.info.run_id, "results.csv", str(tmp))
+    first = next(csv.DictReader(Path(local).open()))
+    assert (first["trial_id"], first["checkpoint"]) == (best["trial_id"], best["checkpoint"])
+    assert float(first["best_val_loss"]) == pytest.approx(best["metric"], rel=1e-12)
+    local = client.download_artifacts(parent.info.run_id, "best_checkpoint/meta.json", str(tmp / "dl"))
+    assert json.loads(Path(local).read_text())["metrics"]["global_step"] == best["step"]
+    _, model_meta = load_logged_model(best["registered_model"], summary["tracking_uri"])
+    assert model_meta["elastic_train"]["checkpoint"] == best["checkpoint"]
+    assert model_meta["run_id"] == parent.info.run_id
 
 
 def test_summary_best_is_the_best_child_run(asha):

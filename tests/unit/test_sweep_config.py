@@ -161,7 +161,8 @@ def test_table_csv_and_plot(tmp_path):
                         "mlflow_run_id": "run1"}}
     table = render_table(summary)
     lines = table.splitlines()
-    assert lines[1].split()[:5] == ["#", "trial", "status", "epochs", "val_loss"]
+    assert lines[1].split()[:8] == ["#", "trial", "status", "epochs", "best_val_loss", "at_epoch", "world_sizes",
+                                   "restarts"]
     assert lines[2].split()[:5] == ["1", "a_00001", "FINISHED", "3", "0.1"] and "FAILED" in lines[4]
     assert "best: a_00001 val_loss=0.1" in table
     write_results_csv(rows(), cfg, tmp_path / "r.csv")
