@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "preflight": "jobs.preflight",
     "ui": "jobs.mlflow_ui",
     "prepare-tokens": "jobs.prepare_tokens",
+    "generate": "jobs.generate",
 }
 
 

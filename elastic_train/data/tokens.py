@@ -103,7 +103,8 @@ def build_tokens(job: JobConfig | Any) -> DataBundle:
                                                   f"({index[split]['tokens']} tokens; a window needs seq_len + 1)")
     spec = DataSpec("language_model", (t,), v, tokens_per_sample=t)
     info = {"source": str(path), "train_tokens": index["train"]["tokens"], "val_tokens": len(val) * t,
-            "documents": index["documents"], "tokenizer_sha256": index["tokenizer"]["sha256"]}
+            "documents": index["documents"], "tokenizer_sha256": index["tokenizer"]["sha256"],
+            "tokenizer_file": str(tokenizer_path(path))}
     source = SourceInfo(
         name="tokens", uri=str(path), digest=_index_digest(path), schema={"x": f"int64[{t}]", "y": f"int64[{t}]"},
         num_rows=len(train),

@@ -13,6 +13,8 @@ and the ledger as a :class:`Host` of plain values and callables.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -239,6 +241,9 @@ class Session:
         self.state.record.goodput = book.totals
         self.state.record.world_sizes = list(book.world_sizes)
         directory = tempfile.mkdtemp(prefix="elastic-train-ckpt-")
+        tokenizer = self.bundle.info.get("tokenizer_file")
+        if tokenizer and self.rank == 0:  # token shards: the checkpoint carries its tokenizer (jobs.generate)
+            shutil.copyfile(tokenizer, os.path.join(directory, os.path.basename(tokenizer)))
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
                                                     "batch_plan": self.plan.describe(), "reason": reason})
