@@ -80,3 +80,25 @@ def tiny(*extra: str) -> list[str]:
         "tracking.system_metrics=false",
         *extra,
     ]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API (moto_server, IAM auth on) on 127.0.0.1 for the session; see tests/helpers/s3.py."""
+    from tests.helpers.s3 import start_s3_server
+
+    server = start_s3_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch) -> str:
+    """A fresh bucket, with the standard AWS_* environment pointing at the session's S3 server."""
+    import uuid
+
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    name = f"et-{uuid.uuid4().hex[:12]}"
+    s3_server.client().create_bucket(Bucket=name)
+    return name

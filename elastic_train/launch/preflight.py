@@ -20,9 +20,11 @@ from typing import Any
 import ray
 
 from elastic_train.config import ConfigError, JobConfig
-from elastic_train.data import DataBundle, build_data, describe
+from elastic_train.data import DataBundle, build_data, describe, filesystems
 from elastic_train.data.batching import BatchPlan
+from elastic_train.data.sampler import steps_per_epoch
 from elastic_train.models import build_model, count_parameters
+from elastic_train.train.budget import Budget
 
 
 @dataclass
@@ -108,6 +110,8 @@ def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
 def check_static(cfg: JobConfig) -> tuple[DataBundle, int]:
     """Build the data and the model once on the driver; ConfigError on any mistake."""
     bundle = build_data(cfg)
+    Budget.of(cfg.train, steps_per_epoch(len(bundle.train), cfg.train.global_batch_size),
+              bundle.spec.tokens_per_sample)  # a token budget below one step exits 2 here
     model = build_model(cfg, bundle.spec)
     return bundle, count_parameters(model)
 
@@ -266,14 +270,23 @@ def _path_exists(path: str) -> bool:
 
 
 def _check_uri_storage(uri: str, marker_name: str) -> None:
-    import pyarrow.fs
+    check_uri_storage(uri, marker_name=marker_name)
 
+
+def check_uri_storage(uri: str, field: str = "checkpoint.storage_path", marker_name: str | None = None) -> None:
+    """An object-store path is usable: the endpoint answers, the credentials are accepted, the bucket exists and
+    a marker can be written and deleted. Bounded (elastic_train.data.filesystems); ConfigError naming ``field``."""
+    marker_name = marker_name or f".preflight-{uuid.uuid4().hex[:12]}"
     try:
-        fs, base = pyarrow.fs.FileSystem.from_uri(uri)
-        fs.create_dir(base, recursive=True)
-        marker = f"{base.rstrip('/')}/{marker_name}"
-        with fs.open_output_stream(marker) as f:
-            f.write(b"elastic-train preflight")
-        fs.delete_file(marker)
+        fs, base = filesystems.resolve(uri)
+        problem = filesystems.check_bucket(fs, base, uri)
+        if problem is None:
+            fs.create_dir(base, recursive=True)
+            marker = f"{base.rstrip('/')}/{marker_name}"
+            with fs.open_output_stream(marker) as f:
+                f.write(b"elastic-train preflight")
+            fs.delete_file(marker)
     except Exception as e:  # noqa: BLE001 - any storage failure is a config problem
-        raise ConfigError("checkpoint.storage_path", uri, f"not usable ({type(e).__name__}: {e})") from None
+        raise ConfigError(field, uri, f"not usable: {filesystems.explain(e)}") from None
+    if problem is not None:
+        raise ConfigError(field, uri, f"not usable: {problem}")

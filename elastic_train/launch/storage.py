@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs
 
+from elastic_train.data import filesystems
+
 if TYPE_CHECKING:
     from elastic_train.config import JobConfig
 
@@ -54,11 +56,27 @@ def default_run_name(config_path: str | None, now: float | None = None) -> str:
     return f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
 
 
+def ray_storage(storage_path: str) -> tuple[str, pyarrow.fs.FileSystem | None]:
+    """``(storage_path, storage_filesystem)`` for Ray Train's RunConfig: object stores get our bounded,
+    endpoint-aware filesystem (elastic_train.data.filesystems) and a path inside it."""
+    if storage_path.startswith("s3://"):
+        fs, path = filesystems.resolve(storage_path)
+        return path, fs
+    return storage_path, None
+
+
+def checkpoint_uri(storage_path: str, path: str) -> str:
+    """A checkpoint path from Ray (inside the storage filesystem) as a URI others can open."""
+    if storage_path.startswith("s3://") and "://" not in path:
+        return f"s3://{path.lstrip('/')}"
+    return path
+
+
 class RunStorage:
     def __init__(self, storage_path: str, run_name: str):
         if "://" not in storage_path:
             storage_path = os.path.abspath(storage_path)
-        self.fs, base = pyarrow.fs.FileSystem.from_uri(storage_path if "://" in storage_path else f"file://{storage_path}")
+        self.fs, base = filesystems.resolve(storage_path)
         self.storage_path, self.run_name = storage_path, run_name
         self.root = f"{base.rstrip('/')}/{run_name}"
 
@@ -74,6 +92,11 @@ class RunStorage:
 
     def has_checkpoints(self) -> bool:
         return self._info(SNAPSHOT_FILE).type == pyarrow.fs.FileType.File or bool(self.checkpoints())
+
+    def clear(self) -> None:
+        """Remove the run's folder (checkpoints and Ray Train's snapshot): the next fit starts it afresh."""
+        if self.exists():
+            self.fs.delete_dir(self.root)
 
     def read_text(self, rel: str) -> str | None:
         if self._info(rel).type != pyarrow.fs.FileType.File:

@@ -12,6 +12,7 @@ from ray.train.torch import TorchTrainer
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.preflight import worker_resources
+from elastic_train.launch.storage import ray_storage
 from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
 
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
@@ -30,6 +31,7 @@ def build_trainer(
     log_floor: int = -1,
     callbacks: list[Any] | None = None,
     data_ref: Any | None = None,
+    start_from: str | None = None,
 ) -> TorchTrainer:
     """The TorchTrainer for ``ctx``: elastic scaling, failure budget, checkpoint retention, async upload."""
     cfg, run_name, storage_path, use_gpu, tracking = ctx.cfg, ctx.run_name, ctx.storage_path, ctx.use_gpu, ctx.tracking
@@ -48,6 +50,8 @@ def build_trainer(
         fault=ctx.fault,
         progress_bars=sys.stdout.isatty(),
         data_ref=data_ref,
+        launched=ctx.started,
+        start_from=start_from,
     )
     env_vars = dict(tracking.env) if tracking else {}
     return TorchTrainer(
@@ -62,7 +66,8 @@ def build_trainer(
         ),
         run_config=RunConfig(
             name=run_name,
-            storage_path=storage_path,
+            storage_path=ray_storage(storage_path)[0],
+            storage_filesystem=ray_storage(storage_path)[1],
             failure_config=FailureConfig(max_failures=cfg.failure.max_failures),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=cfg.checkpoint.keep,
@@ -95,7 +100,8 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
         ),
         run_config=RunConfig(
             name=run_name,
-            storage_path=storage_path,
+            storage_path=ray_storage(storage_path)[0],
+            storage_filesystem=ray_storage(storage_path)[1],
             failure_config=FailureConfig(max_failures=cfg.failure.max_failures),
             logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
         ),

@@ -48,12 +48,17 @@ class WorkerArgs:
     fault: str | None = None
     progress_bars: bool = False  # tqdm_ray bars when the driver writes to a terminal, else plain lines
     data_ref: Any | None = None  # the driver's DataBundle in the object store (skips rebuilding it)
+    launched: float | None = None  # unix time the driver was launched: goodput's startup counts from it
+    start_from: str | None = None  # another run's checkpoint to continue when this run has none (a PBT clone)
 
 
 def train_loop_per_worker(args: dict[str, Any]) -> None:
     entered = time.time()
     checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
     wargs = WorkerArgs(**args)
+    adopt = checkpoint is None and wargs.start_from is not None
+    if adopt:  # this run has no checkpoint of its own yet: continue the donor's
+        checkpoint = Checkpoint(wargs.start_from)
     cfg = JobConfig.model_validate(wargs.config)
     if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
         _quiet_ray_train_logs()
@@ -67,7 +72,9 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
     else:
         with checkpoint.as_directory() as d:
             session.restore(d)
-    session.begin_attempt(Path(checkpoint.path).name if checkpoint else None)
+        if adopt:
+            session.adopt(RunRecord(run_name=wargs.run_name, mlflow_run_id=record.mlflow_run_id))
+    session.begin_attempt(Path(checkpoint.path).name if checkpoint and not adopt else None)
     try:
         session.run()
     finally:
@@ -98,7 +105,7 @@ def _host(args: WorkerArgs) -> Host:
     ledger = _RayLedger(args.ledger) if args.ledger is not None and rank == 0 else None
     return Host(
         rank, world, device, console, tracker,
-        goodput=GoodputReporter(ledger, console.line),
+        goodput=GoodputReporter(ledger, console.line, args.launched),
         fault=FaultHook.from_env(rank, args.fault),
         report=_report,
         preemption_info=ray.train.get_preemption_info,

@@ -1,0 +1,108 @@
+"""A real S3 API on 127.0.0.1: ``moto_server`` (moto[server], a dev extra) in a subprocess, with IAM auth on.
+
+Authentication is enforced (``INITIAL_NO_AUTH_ACTION_COUNT``: the first three requests, which create the test
+user, its policy and its access key, are the only unauthenticated ones), so a wrong secret is refused as a real
+S3 would refuse it. Started once per test session by the ``s3_server`` fixture (tests/conftest.py), stopped at
+its end; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REGION = "us-east-1"
+_SETUP_ACTIONS = 3  # create_user, put_user_policy, create_access_key
+_ALLOW_ALL = '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    access_key: str
+    secret_key: str
+    process: subprocess.Popen
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS environment a client (pyarrow, boto3, Ray workers) picks up."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+        }
+
+    def client(self, service: str = "s3"):  # noqa: ANN201 - a boto3 client
+        import boto3
+
+        return boto3.client(service, endpoint_url=self.endpoint, region_name=REGION,
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def moto_server_binary() -> str | None:
+    here = Path(sys.executable).with_name("moto_server")
+    return str(here) if here.exists() else shutil.which("moto_server")
+
+
+def start_s3_server(timeout_s: float = 30.0) -> S3Server:
+    """Start ``moto_server`` on a free port, wait (bounded) until it answers, create a user with an access key."""
+    binary = moto_server_binary()
+    if binary is None:
+        raise RuntimeError("moto_server not found: install the dev extras (moto[server])")
+    port = _free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_ACTIONS)}
+    for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        env.pop(k, None)
+    proc = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto_server exited with {proc.returncode} before answering")
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait(timeout=10)
+                raise RuntimeError(f"moto_server did not answer on {endpoint} within {timeout_s:g} s") from None
+            time.sleep(0.05)
+    server = S3Server(endpoint, "", "", proc)
+    try:
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name=REGION,
+                           aws_access_key_id="setup", aws_secret_access_key="setup")
+        iam.create_user(UserName="elastic-train-test")
+        iam.put_user_policy(UserName="elastic-train-test", PolicyName="all", PolicyDocument=_ALLOW_ALL)
+        key = iam.create_access_key(UserName="elastic-train-test")["AccessKey"]
+    except Exception:
+        server.stop()
+        raise
+    server.access_key, server.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
+    return server

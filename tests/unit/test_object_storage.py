@@ -1,0 +1,70 @@
+"""Object storage against a real S3 API (moto_server with IAM auth, tests/helpers/s3.py): the preflight refuses a
+missing bucket, wrong credentials and an unreachable endpoint in seconds, naming checkpoint.storage_path, before
+Ray is touched; a usable bucket passes and is left clean."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from elastic_train.data import filesystems
+from jobs import train
+from tests.conftest import tiny
+from tests.helpers.s3 import _free_port
+
+
+def _train_exit(capsys, storage: str) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    argv = ["--config", "configs/digits.yaml", *tiny("name=s3-preflight", f"checkpoint.storage_path={storage}")]
+    code = train.main(argv)
+    return code, capsys.readouterr().err, time.monotonic() - t0
+
+
+def test_missing_bucket_exits_2_naming_the_field(s3_bucket, home, capsys):
+    code, err, took = _train_exit(capsys, "s3://no-such-bucket-here/runs")
+    assert code == 2
+    assert "checkpoint.storage_path" in err and "bucket 'no-such-bucket-here' does not exist" in err
+    assert took < 15
+
+
+def test_wrong_secret_exits_2_and_never_prints_a_secret(s3_server, s3_bucket, home, capsys, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-123")
+    code, err, took = _train_exit(capsys, f"s3://{s3_bucket}/runs")
+    assert code == 2
+    assert "checkpoint.storage_path" in err and "access denied" in err
+    assert "wrong-secret-123" not in err and s3_server.secret_key not in err
+    assert took < 15
+
+
+@pytest.mark.slow  # ~2 s: the bounded connect attempts
+def test_unreachable_endpoint_exits_2_within_seconds(s3_bucket, home, capsys, monkeypatch):
+    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    monkeypatch.setenv("AWS_ENDPOINT_URL", dead)
+    code, err, took = _train_exit(capsys, f"s3://{s3_bucket}/runs")
+    assert code == 2
+    assert "checkpoint.storage_path" in err and "unreachable" in err and dead in err
+    assert took < 20
+
+
+def test_usable_bucket_passes_and_is_left_clean(s3_server, s3_bucket):
+    from elastic_train.launch.preflight import check_uri_storage
+
+    check_uri_storage(f"s3://{s3_bucket}/runs/a")
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_bucket).get("Contents", [])]
+    assert not [k for k in keys if ".preflight-" in k], keys
+
+
+def test_the_filesystem_follows_the_aws_environment(s3_server, s3_bucket):
+    fs, path = filesystems.resolve(f"s3://{s3_bucket}/x/y.txt")
+    assert path == f"{s3_bucket}/x/y.txt"
+    with fs.open_output_stream(path) as f:
+        f.write(b"hello")
+    body = s3_server.client().get_object(Bucket=s3_bucket, Key="x/y.txt")["Body"].read()
+    assert body == b"hello"
+
+
+@pytest.mark.parametrize("path", ["relative/dir", "/abs/dir"])
+def test_local_paths_resolve_to_absolute_local_paths(path):
+    fs, p = filesystems.resolve(path)
+    assert type(fs).__name__ == "LocalFileSystem" and p.startswith("/")
