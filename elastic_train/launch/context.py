@@ -147,11 +147,11 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
 
 
 def disconnect_ray(ctx: RunContext) -> None:
-    """Stop the embedded Ray this run started (a few seconds, counted in the run's teardown, before the summary
-    prints, rather than after it at interpreter exit); leave a cluster or a caller's Ray as it is."""
+    """Stop the embedded Ray this run started, or leave the cluster it joined (counted in the run's teardown,
+    before the summary prints, rather than after it at interpreter exit); a caller's Ray stays connected."""
     import ray
 
-    if ctx.ray_target in ("embedded local Ray", "cluster at local") and ray.is_initialized():
+    if ctx.ray_target not in (None, "already connected") and ray.is_initialized():
         ray.shutdown()
         timeline.mark("ray shutdown")
 
