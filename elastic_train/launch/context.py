@@ -213,6 +213,8 @@ def prepare(config_path: str | None, overrides: list[str], resume: str | None = 
     and Ray starts; :func:`track` then only creates the run. A failure there is left for :func:`track` to report.
     """
     ctx = plan(config_path, overrides, resume, launched=launched)
+    # Ray and torch are imported by now (this module imports preflight): the thread imports only MLflow's own
+    # modules, so the two threads do not race on one module graph's import locks.
     warm = _open_store_in_background(ctx)
     ctx = connect(ctx, address)
     if warm is not None:
