@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m jobs.train") -> i
 
 
 def _train(args, launched: float | None = None) -> int:
-    from elastic_train.launch import context, fit, summary
+    from elastic_train.launch import context, fit, summary, timeline
+
+    timeline.mark("imports (torch, Ray)")
 
     if args.print_config:
         return print_config(context.plan(args.config, args.overrides, args.resume).cfg)
