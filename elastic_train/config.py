@@ -56,15 +56,18 @@ class ModelConfig(Section):
 class DataConfig(Section):
     name: str = Field(
         "digits",
-        description="digits | synthetic | synthetic_tokens | text | ray (Ray Data, see docs/ray-data.md), "
+        description="digits | synthetic | synthetic_tokens | text | tokens | ray (Ray Data, see docs/ray-data.md), "
         "or 'package.module:function' returning datasets.",
     )
-    path: str | None = Field(None, description="text: a UTF-8 file or a folder of files, read as bytes. "
-                              "ray: a file or folder, local or s3://.")
+    path: str | None = Field(None, description="text: a UTF-8 file or a folder of files, read as bytes; tokens: a "
+                             "folder made by jobs.prepare_tokens; ray: a file or folder, local or s3://.")
     num_samples: int = Field(8192, gt=0, description="synthetic*: number of generated samples.")
     num_features: int = Field(64, gt=0, description="synthetic: input features per sample.")
     num_classes: int = Field(10, ge=2, description="synthetic: number of classes.")
     val_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="Share of the samples held out for validation.")
+    val_tokens: int | None = Field(
+        None, gt=0, description="tokens: validate on this many tokens of the val split (null = all of it)."
+    )
     loader_workers: int = Field(2, ge=0, description="DataLoader worker processes for map-style datasets.")
     options: dict[str, Any] = Field({}, description="Keyword arguments for a user 'module:function' dataset.")
     format: Literal["parquet", "csv", "json", "images", "numpy"] = Field(
@@ -87,7 +90,13 @@ class DataConfig(Section):
 
 
 class TrainConfig(Section):
-    epochs: int = Field(10, gt=0, description="Passes over the training set.")
+    epochs: int = Field(10, gt=0, description="Passes over the training set (unless max_steps or max_tokens is set).")
+    max_steps: int | None = Field(
+        None, gt=0, description="Train this many optimizer steps instead of train.epochs (the LR schedule spans them)."
+    )
+    max_tokens: int | None = Field(
+        None, gt=0, description="Train on this many tokens (samples for classification) instead of train.epochs."
+    )
     global_batch_size: int = Field(
         128, gt=0, description="Samples per optimizer step, summed over all workers (the hyperparameter)."
     )
@@ -97,6 +106,8 @@ class TrainConfig(Section):
     lr: float = Field(3e-3, gt=0.0, description="Peak learning rate.")
     optimizer: Literal["sgd", "adam", "adamw"] = Field("adamw", description="sgd | adam | adamw.")
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="sgd: momentum.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="adam/adamw: (beta1, beta2), e.g. [0.9, 0.95].")
+    eps: float = Field(1e-8, gt=0.0, description="adam/adamw: epsilon.")
     weight_decay: float = Field(0.01, ge=0.0, description="Weight decay (decoupled for adamw).")
     schedule: Literal["constant", "cosine"] = Field("cosine", description="LR schedule after warmup.")
     warmup_steps: int = Field(10, ge=0, description="Linear warmup from 0 to lr over this many optimizer steps.")
@@ -105,6 +116,21 @@ class TrainConfig(Section):
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Autocast dtype (fp16 uses a GradScaler).")
     compile: bool = Field(False, description="torch.compile the model.")
     activation_checkpointing: bool = Field(False, description="gpt: recompute block activations in backward.")
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in v):
+            raise ValueError("each beta must be in [0, 1)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> TrainConfig:
+        if self.max_steps is not None and self.max_tokens is not None:
+            raise ConfigError("train.max_tokens", self.max_tokens,
+                              f"train.max_steps={self.max_steps} is set too; give one budget: train.epochs, "
+                              "train.max_steps or train.max_tokens")
+        return self
 
 
 class ScalingConfig(Section):
@@ -185,6 +211,9 @@ class FailureConfig(Section):
     worker_start_timeout_s: float = Field(
         30.0, gt=0.0, description="Give up on starting a worker group after this long and decide again."
     )
+    connect_timeout_s: float = Field(
+        30.0, gt=0.0, description="Wait this long for a Ray address to answer (TCP, then ray.init); then exit 2."
+    )
 
 
 class TrackingConfig(Section):
@@ -249,9 +278,20 @@ class SweepConfig(Section):
     )
     metric: str = Field("val_loss", description="Metric the sweep optimises.")
     mode: Literal["min", "max"] = Field("min", description="Minimise or maximise `metric`.")
-    scheduler: Literal["asha", "none"] = Field("asha", description="asha stops weak trials early; none runs all.")
+    scheduler: Literal["asha", "pbt", "none"] = Field(
+        "asha", description="asha stops weak trials early; pbt clones strong trials into weak ones; none runs all."
+    )
     grace_period: int = Field(1, gt=0, description="asha: epochs every trial runs before it can be stopped.")
     reduction_factor: float = Field(2.0, gt=1.0, description="asha: keep 1/reduction_factor at each rung.")
+    perturbation_interval: int = Field(
+        1, gt=0, description="pbt: epochs between exploit/explore decisions (each at a checkpoint)."
+    )
+    quantile_fraction: float = Field(
+        0.25, gt=0.0, le=0.5, description="pbt: the bottom share of trials that clone the top share."
+    )
+    resample_probability: float = Field(
+        0.25, ge=0.0, le=1.0, description="pbt: chance a cloned value is redrawn from the space instead of scaled."
+    )
     max_concurrent_trials: Literal["auto"] | int = Field(
         "auto", description="Trials at once; auto = what the cluster can hold."
     )

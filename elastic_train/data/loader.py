@@ -11,6 +11,7 @@ import json
 import math
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -66,7 +67,12 @@ class WorkerData:
 
     def epoch(self, epoch: int, start_step: int = 0) -> Iterator[tuple[int, list[Batch]]]:
         """Yield ``(step, micro-batches)`` from ``start_step``; batches are already on the device."""
-        source = self._tensor_steps if isinstance(self.train, TensorSet) else self._loader_steps
+        if isinstance(self.train, TensorSet):
+            source = self._tensor_steps
+        elif hasattr(self.train, "gather"):  # memory-mapped windows: a vectorised read per micro-batch
+            source = self._gather_steps
+        else:
+            source = self._loader_steps
         it = source(epoch, start_step)
         nxt = next(it, None)
         while nxt is not None:
@@ -86,6 +92,20 @@ class WorkerData:
                     x, y = data.x[idx], data.y[idx]
                     if self.device.type == "cuda" and x.device.type == "cpu":
                         x, y = x.pin_memory(), y.pin_memory()  # a gather from pinned memory is pageable
+                    batches.append(self._to_device(x, y))
+            yield step, batches
+
+    def _gather_steps(self, epoch: int, start_step: int) -> Iterator[tuple[int, list[Batch]]]:
+        """Sources with ``gather(idx) -> (x, y)`` (token shards): read only this worker's samples, pin, copy."""
+        pin = self.device.type == "cuda"
+        for step, micro in self.sampler.steps_from(epoch, start_step):
+            self._record(epoch, step, micro)
+            batches = []
+            for idx in micro:
+                if len(idx):
+                    x, y = self.train.gather(idx)
+                    if pin:
+                        x, y = x.pin_memory(), y.pin_memory()
                     batches.append(self._to_device(x, y))
             yield step, batches
 
@@ -124,6 +144,8 @@ class WorkerData:
         for a, b in bounds:
             if isinstance(val, TensorSet):
                 yield self._to_device(val.x[a:b], val.y[a:b])
+            elif hasattr(val, "gather"):
+                yield self._to_device(*val.gather(torch.arange(a, b)))
             else:
                 xs, ys = zip(*(val[i] for i in range(a, b) or [0]), strict=True)  # [0]: shape of an empty part
                 x, y = torch.stack([torch.as_tensor(t) for t in xs]), torch.as_tensor(ys)
@@ -139,6 +161,12 @@ class WorkerData:
             + "\n"
         )
         self._trace.flush()
+
+    def mark(self, event: dict[str, Any]) -> None:
+        """A non-step line in the trace (e.g. where a PBT clone took over its donor's position)."""
+        if self._trace is not None:
+            self._trace.write(json.dumps({"event": event, "rank": self.rank, "t": time.time()}) + "\n")
+            self._trace.flush()
 
     def close(self) -> None:
         if self._trace is not None:

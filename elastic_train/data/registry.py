@@ -63,6 +63,12 @@ def _ray_data(job: JobConfig) -> DataBundle:
     return build_ray(job)
 
 
+def build_tokens(job: JobConfig) -> DataBundle:
+    from elastic_train.data import tokens  # memory-mapped shards (jobs.prepare_tokens); imported on use
+
+    return tokens.build_tokens(job)
+
+
 # A builder gets the whole JobConfig: token datasets need model.seq_len, for one.
 BUILTIN: dict[str, Callable[[JobConfig], DataBundle]] = {
     "digits": build_digits,
@@ -70,6 +76,7 @@ BUILTIN: dict[str, Callable[[JobConfig], DataBundle]] = {
     "synthetic_tokens": _language_model_data("synthetic_tokens"),
     "text": _language_model_data("text"),
     "ray": _ray_data,
+    "tokens": build_tokens,
 }
 
 def build_data(cfg: JobConfig) -> DataBundle:

@@ -22,7 +22,9 @@ import ray
 from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import DataBundle, build_data, describe, filesystems
 from elastic_train.data.batching import BatchPlan
+from elastic_train.data.sampler import steps_per_epoch
 from elastic_train.models import build_model, count_parameters
+from elastic_train.train.budget import Budget
 
 
 @dataclass
@@ -108,6 +110,8 @@ def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
 def check_static(cfg: JobConfig) -> tuple[DataBundle, int]:
     """Build the data and the model once on the driver; ConfigError on any mistake."""
     bundle = build_data(cfg)
+    Budget.of(cfg.train, steps_per_epoch(len(bundle.train), cfg.train.global_batch_size),
+              bundle.spec.tokens_per_sample)  # a token budget below one step exits 2 here
     model = build_model(cfg, bundle.spec)
     return bundle, count_parameters(model)
 

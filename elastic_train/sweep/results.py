@@ -1,11 +1,22 @@
-"""A sweep's results: one ranked row per trial, the best trial, and where they go (console table, results.csv,
-sweep.png, the parent tracking run with its children, best config, checkpoint and model)."""
+"""A sweep's results: one ranked row per trial, the best trial, and where they go (console lines and table,
+results.csv, sweep.png, the parent tracking run with its children, best config, checkpoint and model).
+
+**Best means one thing.** A trial's best is its retained checkpoint with the best ``sweep.metric`` (by
+``sweep.mode``; a tie goes to the earlier checkpoint), as that checkpoint's meta.json records it: its value, epoch
+and step. Trials keep that checkpoint because a sweep's ``checkpoint.score`` follows ``sweep.metric``
+(:func:`~elastic_train.sweep.tuner.resolved_base`). The sweep's best is the trial whose best is best
+(:func:`rank_rows`); the summary, the console, results.csv, the parent run's tags and metric, best_config.yaml,
+``best_checkpoint/`` and the registered model all take it from :func:`best_row`. A trial's *last* report is never
+used for ranking (it is what Tune's own table would show, so that table is off: ``verbose=0``).
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,8 +25,7 @@ from elastic_train import config as config_mod
 from elastic_train.config import JobConfig
 from elastic_train.launch.storage import RunStorage
 from elastic_train.launch.summary import log_checkpoint_model
-from elastic_train.sweep.plan import SweepPlan
-from elastic_train.sweep.tuner import TUNE_PREFIX, trial_run_name
+from elastic_train.sweep.plan import TUNE_PREFIX, SweepPlan, trial_run_name
 from tracking import backend_for
 
 
@@ -25,19 +35,107 @@ class TrialRow:
     run_name: str
     config: dict[str, Any]
     status: str  # FINISHED | STOPPED (early, by the scheduler) | FAILED | UNFINISHED (sweep interrupted)
-    best_metric: float | None
+    best_metric: float | None  # the best checkpoint's value of sweep.metric (the one rule: module docstring)
     epochs: int
     history: list[tuple[float, float]] = field(default_factory=list)  # (epoch, metric) per report
-    checkpoint: str | None = None
+    checkpoint: str | None = None  # the best checkpoint
     mlflow_run_id: str | None = None
     error: str | None = None
+    best_epoch: float | None = None  # the best checkpoint's completed epochs
+    best_step: int | None = None  # ... and global step
+    world_sizes: list[int] = field(default_factory=list)  # every world size the trial trained at, in order
+    restarts: int = 0  # worker-group restarts (failures and resizes) within the trial
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if k != "history"}
 
 
+# ---------------------------------------------------------------------------------------- the rule
+
+
+@dataclass(frozen=True)
+class CheckpointScore:
+    """One retained checkpoint of a trial, as its meta.json describes it."""
+
+    uri: str
+    value: float | None  # sweep.metric; None when the checkpoint does not carry it
+    epoch: float | None = None
+    step: int | None = None
+
+
+def is_better(value: float, than: float | None, mode: str) -> bool:
+    """Whether ``value`` beats ``than`` (None: nothing to beat) under ``mode`` (min | max); ties do not."""
+    return than is None or (value < than if mode == "min" else value > than)
+
+
+def pick_best(scores: Iterable[CheckpointScore], mode: str) -> CheckpointScore | None:
+    """The best-scoring checkpoint (oldest first in, so a tie keeps the earlier one); None if none is scored."""
+    best: CheckpointScore | None = None
+    for score in scores:
+        if score.value is not None and is_better(score.value, best.value if best else None, mode):
+            best = score
+    return best
+
+
+def rank_rows(rows: list[TrialRow], mode: str) -> list[TrialRow]:
+    """Trials best first by their best checkpoint; trials without one last (in their given order)."""
+    sign = 1 if mode == "min" else -1
+    return sorted(rows, key=lambda r: (r.best_metric is None, sign * r.best_metric if r.best_metric is not None
+                                       else 0.0))
+
+
+def best_row(rows: list[TrialRow], mode: str) -> TrialRow | None:
+    """The sweep's best trial: the first of :func:`rank_rows` that has a best checkpoint."""
+    return next((r for r in rank_rows(rows, mode) if r.best_metric is not None), None)
+
+
+def score_of(uri: str, meta: dict[str, Any], metric: str) -> CheckpointScore:
+    """A checkpoint's score from its meta.json (``metrics`` holds the report it was saved with)."""
+    m = meta.get("metrics") or {}
+    value = m.get(metric)
+    step = m.get("global_step", (meta.get("progress") or {}).get("global_step"))
+    return CheckpointScore(uri, float(value) if isinstance(value, int | float) else None,
+                           m.get("epoch"), int(step) if isinstance(step, int | float) else None)
+
+
+@dataclass(frozen=True)
+class TrialCheckpoints:
+    """What a trial's retained checkpoints say: its best, and (from the latest) its world sizes and restarts."""
+
+    best: CheckpointScore | None
+    latest: str | None
+    world_sizes: list[int]
+    restarts: int
+    epochs: int  # completed epochs at the latest checkpoint
+
+
+def read_trial(storage: RunStorage, metric: str, mode: str) -> TrialCheckpoints:
+    """Read every retained checkpoint's meta.json of one trial once."""
+    metas = [(storage.uri(n), json.loads(storage.read_text(f"{n}/meta.json") or "{}")) for n in storage.checkpoints()]
+    if not metas:
+        return TrialCheckpoints(None, None, [], 0, 0)
+    latest_uri, latest = metas[-1]
+    m = latest.get("metrics") or {}
+    return TrialCheckpoints(
+        best=pick_best((score_of(u, meta, metric) for u, meta in metas), mode),
+        latest=latest_uri,
+        world_sizes=[int(w) for w in latest.get("world_sizes") or []],
+        restarts=int(m.get("restarts", 0) or 0),
+        epochs=int((latest.get("progress") or {}).get("epoch", m.get("epoch", 0)) or 0),
+    )
+
+
+def best_checkpoint(storage: RunStorage, metric: str, mode: str) -> str | None:
+    """The trial's retained checkpoint with the best ``metric`` (their meta.json says), else its latest."""
+    seen = read_trial(storage, metric, mode)
+    return seen.best.uri if seen.best else seen.latest
+
+
+# ---------------------------------------------------------------------------------------- collect
+
+
 def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
-    """One row per trial from Tune's results, ranked best first (failed and unrun trials last)."""
+    """One row per trial from Tune's results and the trial's checkpoints, ranked best first."""
     s = plan.cfg.sweep
     # Tune's own view tells a trial stopped by ASHA (TERMINATED) from one an interrupted sweep left RUNNING.
     live = {t.trial_id for t in grid._experiment_analysis.trials if t.status not in ("TERMINATED", "ERROR")}
@@ -48,9 +146,8 @@ def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
         history: list[tuple[float, float]] = []
         if df is not None and s.metric in df and "epoch" in df:
             history = [(float(e), float(m)) for e, m in zip(df["epoch"], df[s.metric], strict=True) if m == m]
-        values = [m for _, m in history]
-        best = (min(values) if s.mode == "min" else max(values)) if values else None
-        done = int(max((e for e, _ in history), default=0))
+        seen = read_trial(RunStorage(plan.sweep_dir, trial_run_name(trial_id)), s.metric, s.mode)
+        done = max(int(max((e for e, _ in history), default=0)), seen.epochs)
         if result.error is not None:
             status = "FAILED"
         elif trial_id in live or not history:
@@ -58,33 +155,63 @@ def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
         else:
             status = "FINISHED" if done >= _trial_epochs(plan.cfg, result.config) else "STOPPED"
         error = str(result.error).strip().splitlines()[-1][:300] if result.error is not None else None
-        rows.append(TrialRow(trial_id, trial_run_name(trial_id), dict(result.config), status, best, done, history,
-                             error=error))
-    sign = 1 if s.mode == "min" else -1
-    rows.sort(key=lambda r: (r.best_metric is None, sign * r.best_metric if r.best_metric is not None else 0.0))
-    for row in rows:
-        row.checkpoint = best_checkpoint(RunStorage(plan.sweep_dir, row.run_name), s.metric, s.mode)
-    return rows
+        best = seen.best
+        rows.append(TrialRow(
+            trial_id, trial_run_name(trial_id), dict(result.config), status, best.value if best else None, done,
+            history, checkpoint=best.uri if best else seen.latest, error=error,
+            best_epoch=best.epoch if best else None, best_step=best.step if best else None,
+            world_sizes=seen.world_sizes, restarts=seen.restarts,
+        ))
+    return rank_rows(rows, s.mode)
 
 
 def _trial_epochs(cfg: JobConfig, overrides: dict[str, Any]) -> int:
     return int(overrides.get("train.epochs", cfg.train.epochs))
 
 
-def best_checkpoint(storage: RunStorage, metric: str, mode: str) -> str | None:
-    """The trial's retained checkpoint with the best ``metric`` (their meta.json says), else its latest."""
+def trial_line(row: TrialRow, metric: str) -> str:
+    """One console line for a trial that ended, by the same rule as the final table."""
+    values = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(row.config.items()))
+    best = (f"best {metric} {_fmt(row.best_metric)} (epoch {_fmt(row.best_epoch)}, step {_fmt(row.best_step)})"
+            if row.best_metric is not None else f"no {metric} checkpoint")
+    sizes = "->".join(map(str, row.world_sizes)) or "-"
+    return (f"trial {row.trial_id} {row.status}: {row.epochs} epochs, {best}; world sizes {sizes}, "
+            f"restarts {row.restarts}; {values}")
 
-    best, best_value = None, None
-    for name in storage.checkpoints():
-        value = json.loads(storage.read_text(f"{name}/meta.json") or "{}").get("metrics", {}).get(metric)
-        if not isinstance(value, int | float):
-            continue
-        if best_value is None or (value < best_value if mode == "min" else value > best_value):
-            best, best_value = name, value
-    if best is None:
-        latest = storage.latest_checkpoint()
-        return latest[0] if latest else None
-    return storage.uri(best)
+
+class TrialLines:
+    """A Tune callback: one line per trial as it ends (Tune's own table is off; it ranks by the last report).
+
+    Picklable (Tune saves its callbacks with the experiment): it holds the sweep folder and config, nothing live.
+    """
+
+    def __init__(self, sweep_dir: str, cfg: JobConfig) -> None:
+        self.sweep_dir, self.cfg = sweep_dir, cfg
+
+    def row(self, trial: Any, failed: bool) -> TrialRow:
+        s = self.cfg.sweep
+        seen = read_trial(RunStorage(self.sweep_dir, trial_run_name(trial.trial_id)), s.metric, s.mode)
+        budget = _trial_epochs(self.cfg, dict(trial.config or {}))
+        status = "FAILED" if failed else "FINISHED" if seen.epochs >= budget else "STOPPED"
+        best = seen.best
+        return TrialRow(trial.trial_id, trial_run_name(trial.trial_id), dict(trial.config or {}), status,
+                        best.value if best else None, seen.epochs, checkpoint=best.uri if best else seen.latest,
+                        best_epoch=best.epoch if best else None,
+                        best_step=best.step if best else None, world_sizes=seen.world_sizes, restarts=seen.restarts)
+
+    def _print(self, trial: Any, failed: bool) -> None:
+        try:
+            print(trial_line(self.row(trial, failed), self.cfg.sweep.metric), file=sys.stdout, flush=True)
+        except Exception as e:  # noqa: BLE001 - a progress line must not fail the sweep
+            print(f"trial {trial.trial_id}: {'FAILED' if failed else 'ended'} ({type(e).__name__}: {e})",
+                  flush=True)
+
+    # Tune's Callback hooks (elastic_train.sweep.progress makes this a ray.tune.Callback)
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._print(trial, failed=False)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._print(trial, failed=True)
 
 
 # ---------------------------------------------------------------------------------------- MLflow
@@ -111,7 +238,9 @@ def close_children(plan: SweepPlan, rows: list[TrialRow]) -> None:
         writer = backend.writer(spec)
         writer.log_metrics({"epochs_run": row.epochs,
                             **({f"best_{metric}": row.best_metric} if row.best_metric is not None else {})}, step=0)
-        writer.set_tags({"sweep_status": row.status, "stopped_early": str(row.status == "STOPPED").lower()})
+        writer.set_tags({"sweep_status": row.status, "stopped_early": str(row.status == "STOPPED").lower(),
+                         "world_sizes": row.world_sizes, "restarts": row.restarts,
+                         "best_epoch": _fmt(row.best_epoch), "best_step": _fmt(row.best_step)})
         writer.close(timeout_s=30)
         status = {"FAILED": "FAILED", "UNFINISHED": "KILLED"}.get(row.status, "FINISHED")
         if child.status != status:
@@ -161,8 +290,11 @@ def finish_parent(plan: SweepPlan, summary: dict[str, Any], rows: list[TrialRow]
         metrics[f"best_{plan.cfg.sweep.metric}"] = best["metric"]
     writer = backend.writer(parent)
     writer.log_metrics(metrics, step=0)
-    writer.set_tags({"best_trial": best.get("trial_id", "-") if best else "-",
-                     "best_run_id": (best or {}).get("mlflow_run_id") or "-"})
+    best = best or {}
+    writer.set_tags({"best_trial": best.get("trial_id", "-"), "best_run_id": best.get("mlflow_run_id") or "-",
+                     "best_value": _fmt(best.get("metric")), "best_epoch": _fmt(best.get("epoch")),
+                     "best_step": _fmt(best.get("step")), "best_checkpoint": best.get("checkpoint") or "-",
+                     "best_rule": f"best checkpoint by {plan.cfg.sweep.metric} ({plan.cfg.sweep.mode})"})
     writer.close(timeout_s=60)
     backend.end_run(parent, summary["status"])
 
@@ -172,11 +304,13 @@ def finish_parent(plan: SweepPlan, summary: dict[str, Any], rows: list[TrialRow]
 
 def summarize(plan: SweepPlan, rows: list[TrialRow], reclaimed: list[str], limit: int | None) -> dict[str, Any]:
     s, parent = plan.cfg.sweep, plan.ctx.tracking
-    best_row = next((r for r in rows if r.best_metric is not None), None)
+    top = best_row(rows, s.mode)
     best = None
-    if best_row is not None:
-        best = {"trial_id": best_row.trial_id, "config": best_row.config, "metric": best_row.best_metric,
-                "checkpoint": best_row.checkpoint, "mlflow_run_id": best_row.mlflow_run_id, "epochs": best_row.epochs}
+    if top is not None:
+        best = {"trial_id": top.trial_id, "run_name": top.run_name, "config": top.config, "metric": top.best_metric,
+                "epoch": top.best_epoch, "step": top.best_step, "rule": "best checkpoint",
+                "checkpoint": top.checkpoint, "mlflow_run_id": top.mlflow_run_id, "epochs": top.epochs,
+                "world_sizes": top.world_sizes, "restarts": top.restarts}
     return {
         "sweep": plan.name,
         "status": "KILLED" if any(r.status == "UNFINISHED" for r in rows) else "FINISHED" if best else "FAILED",
@@ -200,13 +334,16 @@ def render_table(summary: dict[str, Any]) -> str:
     """The ranked trials, best first, as the console's last word."""
     trials = summary["trials"]
     keys = sorted({k for t in trials for k in t["config"]})
-    head = ["#", "trial", "status", "epochs", summary["metric"], *keys]
+    head = ["#", "trial", "status", "epochs", f"best_{summary['metric']}", "at_epoch", "world_sizes", "restarts",
+            *keys]
     body = [[str(i + 1), t["trial_id"], t["status"], str(t["epochs"]), _fmt(t["best_metric"]),
-             *(_fmt(t["config"].get(k)) for k in keys)] for i, t in enumerate(trials)]
+             _fmt(t.get("best_epoch")), "->".join(map(str, t.get("world_sizes") or [])) or "-",
+             str(t.get("restarts", 0)), *(_fmt(t["config"].get(k)) for k in keys)] for i, t in enumerate(trials)]
     widths = [max(len(r[c]) for r in [head, *body]) for c in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in [head, *body]]
     best = summary["best"]
-    foot = [f"best: {best['trial_id']} {summary['metric']}={_fmt(best['metric'])} {best['config']}",
+    foot = [f"best: {best['trial_id']} {summary['metric']}={_fmt(best['metric'])} at epoch {_fmt(best.get('epoch'))}"
+            f" (its best checkpoint) {best['config']}",
             f"      checkpoint {best['checkpoint'] or '-'}", f"      mlflow run {best['mlflow_run_id'] or '-'}"] \
         if best else ["best: none (every trial failed)"]
     rule = "=" * max(72, len(lines[0]))
@@ -231,10 +368,12 @@ def write_results_csv(rows: list[TrialRow], cfg: JobConfig, path: Path) -> None:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(
-            ["rank", "trial_id", "status", "epochs", f"best_{cfg.sweep.metric}", *keys, "mlflow_run_id", "checkpoint"]
+            ["rank", "trial_id", "status", "epochs", f"best_{cfg.sweep.metric}", "best_epoch", "best_step",
+             "world_sizes", "restarts", *keys, "mlflow_run_id", "checkpoint"]
         )
         for i, r in enumerate(rows):
-            w.writerow([i + 1, r.trial_id, r.status, r.epochs, r.best_metric, *(r.config.get(k) for k in keys),
+            w.writerow([i + 1, r.trial_id, r.status, r.epochs, r.best_metric, r.best_epoch, r.best_step,
+                        " ".join(map(str, r.world_sizes)), r.restarts, *(r.config.get(k) for k in keys),
                         r.mlflow_run_id, r.checkpoint])
 
 

@@ -15,6 +15,7 @@ Layout under ``checkpoint.storage_path``::
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, replace
@@ -25,13 +26,13 @@ from elastic_train import config as config_mod
 from elastic_train.config import JobConfig
 from elastic_train.launch import context
 from elastic_train.launch.context import RunContext
-from elastic_train.launch.fit import fit
+from elastic_train.launch.fit import fit, share_data
 from elastic_train.launch.storage import RunStorage
 from elastic_train.launch.summary import finish, summarize
-from elastic_train.sweep.plan import SweepPlan
+from elastic_train.sweep.plan import TRIAL_PREFIX, TUNE_PREFIX, SweepPlan, trial_run_name
 from tracking import backend_for
 
-TRIAL_PREFIX, TUNE_PREFIX = "trial-", "tune-"
+__all__ = ["TRIAL_PREFIX", "TUNE_PREFIX", "run_trial", "run_tuner", "trial_run_name"]
 
 
 class TrialFailed(RuntimeError):
@@ -62,10 +63,31 @@ def make_scheduler(cfg: JobConfig) -> Any | None:
     by the scheduler at their last report (stop_last_trials=False): their final checkpoint and MLflow run close."""
     if cfg.sweep.scheduler == "none":
         return None
+    if cfg.sweep.scheduler == "pbt":
+        return make_pbt(cfg)
     from ray.tune.schedulers import ASHAScheduler
 
     return ASHAScheduler(time_attr="epoch", max_t=cfg.train.epochs, grace_period=cfg.sweep.grace_period,
                          reduction_factor=cfg.sweep.reduction_factor, stop_last_trials=False)
+
+
+def pbt_mutations(cfg: JobConfig) -> dict[str, Any]:
+    """PBT's explore step per swept key: a continuous range is resampled from its distribution (or the value
+    scaled by 0.8 / 1.2), a choice moves to a neighbouring value."""
+    space = tune_space(cfg.model_copy(update={"sweep": cfg.sweep.model_copy(update={"search": "random"})}))
+    return {k: list(d.values or []) if d.type in ("choice", "grid") else space[k] for k, d in cfg.sweep.space.items()}
+
+
+def make_pbt(cfg: JobConfig) -> Any:
+    """Population-based training on completed epochs: every ``perturbation_interval`` epochs a trial in the
+    bottom ``quantile_fraction`` continues from a top trial's latest checkpoint with perturbed values
+    (:func:`run_trial` turns Tune's restart from the donor's checkpoint into a continuation of its state)."""
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    s = cfg.sweep
+    return PopulationBasedTraining(time_attr="epoch", perturbation_interval=s.perturbation_interval,
+                                   hyperparam_mutations=pbt_mutations(cfg), quantile_fraction=s.quantile_fraction,
+                                   resample_probability=s.resample_probability, synch=False)
 
 
 def make_search(cfg: JobConfig) -> Any | None:
@@ -80,8 +102,9 @@ def make_search(cfg: JobConfig) -> Any | None:
 class TrialContext:
     """What every trial needs from the sweep's driver (handed over by ``tune.with_parameters``)."""
 
-    sweep: RunContext  # the sweep's context: resolved base config, cluster, dataset, parent tracking run
-    sweep_dir: str
+    sweep: RunContext  # the sweep's context: resolved base config, cluster, parent tracking run (no dataset
+    sweep_dir: str     # when data_ref holds it)
+    data_ref: Any | None = None  # the sweep's dataset, put in the object store once for every trial
 
 
 def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
@@ -89,8 +112,13 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     from ray import tune
 
     from elastic_train.sweep.placement_groups import OrphanedPlacementGroupReaper, settle
+    from elastic_train.sweep.progress import TrialProgress
 
-    trial = TrialContext(replace(plan.ctx, cfg=resolved_base(plan)), plan.sweep_dir)
+    # The dataset goes into the object store once per sweep; trials and their workers get the reference (a
+    # trial that changes a data key builds its own, trial_context). Without it each trial re-put its copy.
+    data_ref = share_data(plan.ctx.bundle)
+    base = replace(plan.ctx, cfg=resolved_base(plan), bundle=None if data_ref is not None else plan.ctx.bundle)
+    trial = TrialContext(base, plan.sweep_dir, data_ref)
     trainable = tune.with_resources(tune.with_parameters(run_trial, trial=trial), {"CPU": plan.cfg.sweep.trial_cpus})
     RunStorage(plan.ctx.storage_path, plan.name).save_config(plan.cfg.model_dump(mode="json"))
     if plan.restoring:  # the restored Tuner brings back its own config, scheduler state and callbacks
@@ -104,13 +132,16 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
                 metric=s.metric, mode=s.mode, num_samples=s.num_samples, max_concurrent_trials=limit,
                 scheduler=make_scheduler(plan.cfg), search_alg=make_search(plan.cfg),
                 trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname,
+                # A stopped or exploited trial's process ends, and with it the Ray Train run it owned.
+                reuse_actors=False,
             ),
             run_config=tune.RunConfig(
                 name=plan.name, storage_path=plan.ctx.storage_path,
                 # A trial's failures are handled inside it, by Ray Train, within failure.max_failures; a trial
                 # that still fails is reported (and retried by --resume), not retried again here.
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-                callbacks=[OrphanedPlacementGroupReaper()], verbose=1,
+                # Tune's table shows each trial's last report; ours ranks by its best checkpoint (results.py).
+                callbacks=[OrphanedPlacementGroupReaper(), TrialProgress(plan.sweep_dir, plan.cfg)], verbose=0,
             ),
         )
     before = len(OrphanedPlacementGroupReaper.removed)
@@ -131,7 +162,10 @@ def _trial_dirname(trial: Any) -> str:
 
 def resolved_base(plan: SweepPlan) -> JobConfig:
     """The base config with everything a trial must not resolve from its own working directory made absolute."""
-    fixed: dict[str, Any] = {"checkpoint.storage_path": plan.ctx.storage_path}
+    s = plan.cfg.sweep
+    # A trial keeps its best checkpoint by the sweep's metric: the checkpoint the sweep calls its best.
+    fixed: dict[str, Any] = {"checkpoint.storage_path": plan.ctx.storage_path, "checkpoint.score": s.metric,
+                             "checkpoint.score_mode": s.mode}
     if plan.cfg.tracking.enabled:
         fixed["tracking.uri"] = context.tracking_backend(plan.ctx).uri
     if plan.cfg.data.path and "://" not in plan.cfg.data.path:
@@ -142,10 +176,6 @@ def resolved_base(plan: SweepPlan) -> JobConfig:
 # ---------------------------------------------------------------------------------------- a trial
 
 
-def trial_run_name(trial_id: str) -> str:
-    return f"{TRIAL_PREFIX}{trial_id}"
-
-
 def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     """One trial: the job config with this trial's values, run by ``fit`` as ``jobs.train`` runs it."""
     from ray import tune
@@ -153,13 +183,28 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
 
     trial_id = tune.get_context().get_trial_id()
     parent = trial.sweep.tracking
+    donor = donor_checkpoint(tune.get_checkpoint(), trial_run_name(trial_id))
+    if donor is not None:  # PBT cloned a stronger trial into this one: its own past is replaced
+        RunStorage(trial.sweep_dir, trial_run_name(trial_id)).clear()
     ctx = trial_context(trial.sweep, trial.sweep_dir, overrides, trial_run_name(trial_id))
     ctx = context.track(ctx, kind="trial", parent_run_id=parent.run_id if parent else None)
+    data_ref = trial.data_ref if ctx.bundle is None else None  # None: the trial built its own data
     if ctx.tracking is not None:
         writer = backend_for(ctx.tracking, ctx.home).writer(ctx.tracking)
-        writer.set_tags({"trial_id": trial_id, **{f"sweep.{k}": v for k, v in overrides.items()}})
+        writer.set_tags({"trial_id": trial_id, **{f"sweep.{k}": v for k, v in overrides.items()},
+                         "data_object": data_ref.hex() if data_ref is not None else "own"})
+        # The hyperparameter schedule as metrics: each life of the trial logs its values at its first step.
+        writer.log_metrics({f"hp.{k}": float(v) for k, v in overrides.items() if isinstance(v, int | float)},
+                           step=donor[1]["progress"]["global_step"] if donor else 0)
         writer.close(timeout_s=30)
-    outcome = fit(ctx, callbacks=[TuneReportCallback()])
+    start_from = donor[0] if donor else None
+    if ctx.cfg.sweep.scheduler == "pbt":  # Tune must hold the trial's checkpoints to clone it (relay.py)
+        from elastic_train.sweep.relay import fit_reporting_checkpoints
+
+        outcome = fit_reporting_checkpoints(
+            lambda callbacks: fit(ctx, callbacks=callbacks, data_ref=data_ref, start_from=start_from))
+    else:
+        outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref, start_from=start_from)
     if outcome.already_complete:  # a restored sweep re-ran a trial whose training had already ended
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})
@@ -169,12 +214,29 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
         raise TrialFailed(f"{ctx.run_name} {outcome.status}: {summary.get('error', '')}")
 
 
+def donor_checkpoint(checkpoint: Any | None, run_name: str) -> tuple[str, dict[str, Any]] | None:
+    """``(path, meta)`` when Tune restarts this trial from another trial's checkpoint (a PBT exploit); None when
+    it has none or it is the trial's own (a restored sweep: Ray Train resumes the trial's own run)."""
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as d:
+        meta_file = Path(d) / "meta.json"
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    if not meta or meta.get("run_name") == run_name:
+        return None
+    return checkpoint.path, meta
+
+
 def trial_context(sweep: RunContext, sweep_dir: str, overrides: dict[str, Any], run_name: str) -> RunContext:
     """The sweep's context for one trial: its config, name and storage; the data rebuilt only when the trial
-    changed a data key or the seed."""
+    changed a data key or the seed. A data trace (``data.trace_path``) goes to a file per trial."""
+    trace = sweep.cfg.data.trace_path if "data.trace_path" not in overrides else overrides["data.trace_path"]
+    if trace:
+        overrides = {**overrides, "data.trace_path": f"{trace}.{run_name}"}
     cfg = config_mod.with_overrides(sweep.cfg, {**overrides, "name": run_name})
     bundle, cluster = sweep.bundle, sweep.cluster
-    if cfg.data != sweep.cfg.data or cfg.seed != sweep.cfg.seed:
+    if cfg.data.model_copy(update={"trace_path": None}) != sweep.cfg.data.model_copy(update={"trace_path": None}) \
+            or cfg.seed != sweep.cfg.seed:
         from elastic_train.data import describe
         from elastic_train.launch.preflight import check_static
 

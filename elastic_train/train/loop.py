@@ -42,8 +42,8 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     # On GPUs the fused kernel updates every parameter in one launch (CPU keeps the default implementation).
     fused = bool(groups) and all(p.device.type == "cuda" for g in groups for p in g["params"])
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=cfg.lr, fused=fused or None)
-    return torch.optim.AdamW(groups, lr=cfg.lr, fused=fused or None)
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused or None)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, fused=fused or None)
 
 
 def lr_factor(step: int, total_steps: int, cfg: TrainConfig) -> float:

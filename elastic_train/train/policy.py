@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pydantic-free at run time
     from elastic_train.config import JobConfig
+    from elastic_train.train.budget import Budget
     from elastic_train.train.state import Progress
 
 PREEMPTION_CHECK_S = 2.0
@@ -23,8 +24,9 @@ PREEMPTION_CHECK_S = 2.0
 class CheckpointPolicy:
     """Sync points and checkpoint reasons for one attempt; its clocks start when it is built (with the loop)."""
 
-    def __init__(self, cfg: JobConfig, preemption_info: Callable[[], Any], say: Callable[[str], None]):
-        self.cfg, self.preemption_info, self.say = cfg, preemption_info, say
+    def __init__(self, cfg: JobConfig, preemption_info: Callable[[], Any], say: Callable[[str], None],
+                 budget: Budget | None = None):
+        self.cfg, self.preemption_info, self.say, self.budget = cfg, preemption_info, say, budget
         self.last_checkpoint = time.monotonic()
         self.last_preemption_check = time.monotonic()
         self.preemption_saved = False
@@ -37,6 +39,7 @@ class CheckpointPolicy:
             global_step % self.cfg.tracking.log_every_steps == 0
             or step_in_epoch == 0
             or bool(every and global_step % every == 0)
+            or bool(self.budget and self.budget.by != "epochs" and global_step >= self.budget.total_steps)
         )
 
     def flags(self) -> dict[str, bool]:
@@ -57,7 +60,11 @@ class CheckpointPolicy:
         """Why to checkpoint now (``final``, ``epoch end``, ``every N steps``, ``every T s``, ``preemption``)."""
         cfg, p = self.cfg, progress
         reason = None
-        if p.epoch >= cfg.train.epochs and epoch_end:
+        if self.budget is not None and self.budget.by != "epochs":  # a step/token budget ends mid-epoch
+            final = p.global_step >= self.budget.total_steps
+        else:
+            final = p.epoch >= cfg.train.epochs and epoch_end
+        if final:
             reason = "final"
         elif epoch_end and cfg.checkpoint.at_epoch_end:
             reason = "epoch end"

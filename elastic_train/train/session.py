@@ -13,6 +13,8 @@ and the ledger as a :class:`Host` of plain values and callables.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +27,7 @@ from elastic_train.data.batching import BatchPlan
 from elastic_train.data.loader import WorkerData
 from elastic_train.models import build_model
 from elastic_train.train import metrics as metric_math
+from elastic_train.train.budget import Budget
 from elastic_train.train.console import Console
 from elastic_train.train.evaluator import eval_batch_size, validate
 from elastic_train.train.faults import FaultHook
@@ -74,7 +77,9 @@ class Session:
         self.strategy = make_strategy(cfg.scaling.strategy)
         self.throughput = metric_math.Throughput()
         self.restored = False
+        self._eval_s = 0.0
         self._build(record)
+        host.fault.note("built")
 
     def _build(self, record: RunRecord) -> None:
         cfg = self.cfg
@@ -89,7 +94,8 @@ class Session:
         self.model = self.strategy.prepare(model, cfg, self.device)
         self.precision = self.strategy.precision(cfg.train.precision, self.device)
         optimizer = make_optimizer(self.model, cfg.train)
-        scheduler = make_scheduler(optimizer, cfg.train, cfg.train.epochs * self.data.steps_per_epoch)
+        self.budget = Budget.of(cfg.train, self.data.steps_per_epoch, self.bundle.spec.tokens_per_sample)
+        scheduler = make_scheduler(optimizer, cfg.train, self.budget.total_steps)
         self.state = TrainState(self.model, optimizer, scheduler, self.precision, self.strategy, record=record)
         self.flops_per_sample = metric_math.flops_per_sample(self.model, self.bundle.spec, cfg)
 
@@ -102,6 +108,20 @@ class Session:
         if not same_rng:  # a new world size: derive this rank's RNG from the position, deterministically
             seed_everything(self.cfg.seed * 1000 + self.rank + 7919 * self.state.progress.global_step)
         self.restored = True
+        self.host.fault.note("restored", step=self.state.progress.global_step)
+
+    def adopt(self, record: RunRecord) -> dict[str, Any]:
+        """After :meth:`restore` from another run's checkpoint (a PBT clone): continue its state as this run, with
+        this run's learning rate; this run's accounting starts afresh at the donor's position."""
+        origin = self.state.adopt(self.cfg.train.lr, record)
+        self.restored = False
+        t = self.cfg.train
+        self.console.line(f"cloned from {origin['run_name']} at step {origin['global_step']} (epoch "
+                          f"{origin['epoch']}): lr {t.lr:.4g}, global batch {t.global_batch_size}")
+        self.data.mark({"cloned_from": origin})
+        self.tracker.set_tags({"pbt.cloned_from": origin["run_name"], "pbt.cloned_at_step": origin["global_step"],
+                               "pbt.cloned_at_epoch": origin["epoch"]})
+        return origin
 
     def begin_attempt(self, checkpoint_name: str | None) -> None:
         """Charge the goodput book for this (re)start and announce it: console lines, tags, metrics."""
@@ -141,11 +161,12 @@ class Session:
     # ------------------------------------------------------------------------------ the loop
     def run(self) -> None:
         cfg, p, steps_per_epoch = self.cfg, self.state.progress, self.data.steps_per_epoch
+        self.goodput.book.loop_started(time.time())  # startup (or a restart) ends: steps count from here
         self.window = metric_math.Window(self.device)
-        self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line)  # its clocks start now
+        self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line, self.budget)  # clocks start
         first = True
-        while p.epoch < cfg.train.epochs:
-            self.console.epoch_bar(p.epoch, cfg.train.epochs, steps_per_epoch, p.step_in_epoch)
+        while not self.budget.done(p):
+            self.console.epoch_bar(p.epoch, self.budget.epochs, steps_per_epoch, p.step_in_epoch)
             for micro in self._timed(self.data.epoch(p.epoch, p.step_in_epoch)):
                 result = train_step(
                     self.model, micro, self.state.optimizer, self.state.scheduler, self.precision,
@@ -163,6 +184,8 @@ class Session:
                 self.host.fault.maybe_fire(p.global_step)
                 if self.policy.is_sync_point(p.global_step, p.step_in_epoch):
                     self._maybe_checkpoint(self._sync_and_log(), epoch_end=p.step_in_epoch == 0)
+                if self.budget.done(p):  # a step/token budget ends mid-epoch (its last step was a sync point)
+                    break
         if not self.window.empty:  # the loop ended between sync points
             self._maybe_checkpoint(self._sync_and_log(), epoch_end=True)
 
@@ -180,6 +203,7 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.goodput.book.first_step_done(time.time())
+        self.host.fault.note("first_step", step=self.state.progress.global_step)
 
     def _sync_and_log(self) -> dict[str, bool]:
         """All-reduce the window's sums (plus rank 0's control flags); log them; return the flags."""
@@ -194,8 +218,7 @@ class Session:
         self._log(stats, p.global_step)
         self.console.progress(
             int(totals["steps"]),
-            f"epoch {p.epoch_label()}/{self.cfg.train.epochs} step {p.global_step} "
-            f"loss {stats['train_loss']:.4f} {metric_math.speed_text(stats)}",
+            f"{self.budget.label(p)} loss {stats['train_loss']:.4f} {metric_math.speed_text(stats)}",
         )
         self.goodput.book.heartbeat(time.time(), p.global_step, wall, 0.0)
         self.throughput.add(totals["samples"], wall, warm=self.window.warm, data_wait_s=self.window.data_wait_s)
@@ -218,12 +241,16 @@ class Session:
         self.state.record.goodput = book.totals
         self.state.record.world_sizes = list(book.world_sizes)
         directory = tempfile.mkdtemp(prefix="elastic-train-ckpt-")
+        tokenizer = self.bundle.info.get("tokenizer_file")
+        if tokenizer and self.rank == 0:  # token shards: the checkpoint carries its tokenizer (jobs.generate)
+            shutil.copyfile(tokenizer, os.path.join(directory, os.path.basename(tokenizer)))
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
                                                     "batch_plan": self.plan.describe(), "reason": reason})
+        self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0
-        book.heartbeat(time.time(), p.global_step, 0.0, blocked)
+        book.heartbeat(time.time(), p.global_step, 0.0, max(0.0, blocked - self._eval_s), self._eval_s)
         self.goodput.push(force=True)
         self.policy.checkpointed()
         self.window.reset()
@@ -241,7 +268,7 @@ class Session:
         self._log({**{k: v for k, v in metrics.items() if k.startswith("val_")}, **goodput}, p.global_step, final)
         self.console.close()
         self.console.line(
-            f"epoch {p.epoch_label()}/{self.cfg.train.epochs} step {p.global_step}: "
+            f"{self.budget.label(p)}: "
             + " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith(("val_", "train_loss")))
             + f" [checkpoint: {reason}]"
         )
@@ -250,9 +277,11 @@ class Session:
         return metrics
 
     def _evaluate(self) -> dict[str, float]:
+        t0 = time.perf_counter()
         batch = eval_batch_size(self.bundle.spec, self.plan.micro_batch_size)
         batches = self.data.val_batches(batch, equal_counts=self.strategy.equal_eval_batches)
         metrics, _ = validate(self.model, batches, self.precision, self.device, self.world, self.bundle.spec)
+        self._eval_s = time.perf_counter() - t0  # goodput: validation's share of the checkpoint's block
         return metrics
 
     def _final_metrics(self) -> dict[str, Any]:

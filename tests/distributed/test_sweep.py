@@ -65,8 +65,11 @@ def asha(ray_module, session_home, tmp_path_factory):
     marker = tmp / "fault-fired"
     os.environ["ELASTIC_TRAIN_FAULT"] = f"step=3,rank=1,marker={marker},mode=exit"
     try:
+        # The digits, built by a user function that counts its calls (tests/helpers/user_code.py).
         summary = run_sweep(tmp, "asha", "sweep.search=grid", GRID, "sweep.scheduler=asha", "sweep.grace_period=1",
-                            "sweep.reduction_factor=2", "tracking.register_model=sweep-test-model")
+                            "sweep.reduction_factor=2", "tracking.register_model=sweep-test-model",
+                            "data.name=tests.helpers.user_code:counted_digits",
+                            f"data.options={{count_path: {tmp / 'data-builds'}}}")
     finally:
         del os.environ["ELASTIC_TRAIN_FAULT"]
     return tmp, summary, marker
@@ -127,6 +130,60 @@ def test_mlflow_holds_one_parent_and_a_child_per_trial(asha):
     names = {a.path for a in mlflow_client(summary).list_artifacts(parent.info.run_id)}
     assert {"results.csv", "sweep.png", "best_config.yaml", "summary.json", "best_checkpoint"} <= names
     assert parent.data.metrics["total_epochs"] == summary["total_epochs"]
+
+
+def test_the_sweep_builds_its_data_once_and_every_trial_shares_one_object(asha):
+    """Built once, on the sweep's driver (no trial or worker rebuilt it), and put in the object store once: every
+    trial's child run names the same object."""
+    tmp, summary, _ = asha
+    assert (tmp / "data-builds").read_text().splitlines() == [str(os.getpid())]
+    objects = {k.data.tags["data_object"] for k in children(summary)}
+    assert len(objects) == 1 and "own" not in objects
+
+
+def test_world_sizes_and_restarts_per_trial_in_summary_csv_and_child_runs(asha):
+    import csv
+
+    tmp, summary, _ = asha
+    trials = {t["trial_id"]: t for t in summary["trials"]}
+    assert all(t["world_sizes"] == [2] for t in trials.values())
+    assert sorted(t["restarts"] for t in trials.values()) == [0] * 5 + [1]  # the injected crash, in one trial
+    local = mlflow_client(summary).download_artifacts(summary["mlflow_parent_run_id"], "results.csv", str(tmp))
+    table = list(csv.DictReader(Path(local).open()))
+    assert {r["trial_id"]: (r["world_sizes"], int(r["restarts"])) for r in table} == {
+        i: ("2", t["restarts"]) for i, t in trials.items()}
+    tags = {k.data.tags["trial_id"]: (k.data.tags["world_sizes"], k.data.tags["restarts"]) for k in children(summary)}
+    assert tags == {i: ("[2]", str(t["restarts"])) for i, t in trials.items()}
+
+
+def test_best_is_one_trial_value_and_checkpoint_everywhere(asha):
+    """Summary, results.csv, the parent run's tags and metric, best_config.yaml, best_checkpoint and the registered
+    model all name the same trial, value, epoch and checkpoint: the trial's best checkpoint."""
+    import csv
+
+    from tracking.models import load_logged_model
+
+    tmp, summary, _ = asha
+    best, client = summary["best"], mlflow_client(summary)
+    assert best["trial_id"] == summary["trials"][0]["trial_id"] and best["rule"] == "best checkpoint"
+    meta = json.loads((Path(best["checkpoint"]) / "meta.json").read_text())
+    assert (meta["metrics"]["val_loss"], meta["metrics"]["epoch"], meta["metrics"]["global_step"]) == (
+        best["metric"], best["epoch"], best["step"])
+    parent = client.get_run(summary["mlflow_parent_run_id"])
+    assert (parent.data.tags["best_trial"], parent.data.tags["best_checkpoint"]) == (best["trial_id"],
+                                                                                      best["checkpoint"])
+    assert float(parent.data.tags["best_value"]) == pytest.approx(best["metric"], rel=1e-3)
+    assert float(parent.data.tags["best_epoch"]) == best["epoch"]
+    assert parent.data.metrics["best_val_loss"] == pytest.approx(best["metric"], rel=1e-12)
+    local = client.download_artifacts(parent.info.run_id, "results.csv", str(tmp))
+    first = next(csv.DictReader(Path(local).open()))
+    assert (first["trial_id"], first["checkpoint"]) == (best["trial_id"], best["checkpoint"])
+    assert float(first["best_val_loss"]) == pytest.approx(best["metric"], rel=1e-12)
+    local = client.download_artifacts(parent.info.run_id, "best_checkpoint/meta.json", str(tmp / "dl"))
+    assert json.loads(Path(local).read_text())["metrics"]["global_step"] == best["step"]
+    _, model_meta = load_logged_model(best["registered_model"], summary["tracking_uri"])
+    assert model_meta["elastic_train"]["checkpoint"] == best["checkpoint"]
+    assert model_meta["run_id"] == parent.info.run_id
 
 
 def test_summary_best_is_the_best_child_run(asha):
@@ -266,3 +323,40 @@ def test_a_placement_group_outlives_its_killed_creator_until_the_reaper_removes_
     assert placement_group_table()[pg_id]["state"] == "CREATED", "Ray removed it itself: the reaper may go"
     assert pg_id in remove_orphaned_placement_groups()
     wait_for(lambda: placement_group_table()[pg_id]["state"] == "REMOVED", 30, "the group to be removed")
+
+
+def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_session, home):
+    """Two 1-worker trials (lr 1e-2 and 1e-5), 3 epochs, a PBT decision every epoch: the weak trial continues from
+    the strong one's checkpoint. Its trace shows the take-over and its first step after it: the donor's position."""
+    from elastic_train.launch.storage import RunStorage
+
+    trace = home / "trace"
+    summary = run_sweep(home, "pbt", "sweep.search=grid", "sweep.scheduler=pbt", "sweep.perturbation_interval=1",
+                        "sweep.quantile_fraction=0.5", "sweep.resample_probability=0", "train.epochs=3",
+                        "scaling.num_workers=1", "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}",
+                        f"data.trace_path={trace}")
+    assert summary["scheduler"] == "pbt" and {t["status"] for t in summary["trials"]} == {"FINISHED"}
+    kids = {k.data.tags["elastic_train.run_name"]: k for k in children(summary)}
+    clones = [name for name, k in kids.items() if "pbt.cloned_from" in k.data.tags]
+    assert clones, "no exploit happened"
+    clone = clones[0]
+    tags = kids[clone].data.tags
+    donor, at_step = tags["pbt.cloned_from"], int(tags["pbt.cloned_at_step"])
+    assert donor in kids and donor != clone
+    lines = [json.loads(line) for line in Path(f"{trace}.{clone}.rank0").read_text().splitlines()]
+    marks = [i for i, line in enumerate(lines) if "event" in line]
+    assert marks, "the clone's trace has no take-over"
+    origin = lines[marks[-1]]["event"]["cloned_from"]
+    assert (origin["run_name"], origin["global_step"]) == (donor, at_step)
+    first = lines[marks[-1] + 1]  # the clone's first step after the take-over: the donor's next one
+    assert (first["epoch"], first["step"]) == (origin["epoch"], origin["step_in_epoch"])
+    # The donor had a checkpoint at exactly that step (Tune's copy in its trial folder) ...
+    donor_id = donor.removeprefix("trial-")
+    steps = [json.loads(p.read_text())["progress"]["global_step"]
+             for p in (home / "pbt" / f"tune-{donor_id}").glob("checkpoint_*/meta.json")]
+    assert at_step in steps
+    # ... and the clone went on from it to the end, with its own (perturbed) learning rate.
+    run = RunStorage(summary["storage_path"], clone)
+    meta = json.loads(run.read_text(f"{run.checkpoints()[-1]}/meta.json"))
+    assert meta["run_name"] == clone and meta["progress"]["epoch"] == 3 and meta["progress"]["global_step"] > at_step
+    assert "hp.train.lr" in kids[clone].data.metrics

@@ -15,6 +15,22 @@ def blobs(n: int = 300):
     return (x[:cut], y[:cut]), (x[cut:], y[cut:])
 
 
+def counted_digits(count_path: str):
+    """scikit-learn's digits as ((x, y), (x, y)) tensors; appends one line (the building pid) to ``count_path``
+    on every call, so a test can count how often a run or a sweep built its data, and where."""
+    import os
+
+    from sklearn.datasets import load_digits
+
+    with open(count_path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(d.target, dtype=torch.long)
+    cut = int(len(x) * 0.8)
+    return (x[:cut], y[:cut]), (x[cut:], y[cut:])
+
+
 def not_a_dataset():
     return 42
 

@@ -54,7 +54,7 @@ def test_help_lists_every_command(capsys):
     assert run(capsys)[0] == 2
     rc, _, err = run(capsys, "trian")
     assert rc == 2 and err.strip() == (
-        "error: unknown command 'trian'; choose one of train, sweep, evaluate, preflight, ui (see elastic-train --help)"
+        f"error: unknown command 'trian'; choose one of {', '.join(cli.COMMANDS)} (see elastic-train --help)"
     )
 
 

@@ -1,0 +1,123 @@
+"""``data.name=tokens``: memory-mapped token shards (made by ``python -m jobs.prepare_tokens``).
+
+Sample ``i`` is the window of ``seq_len + 1`` tokens starting at a fixed offset: shard ``k``, token
+``(i - first_window[k]) * seq_len``; inputs are its first ``seq_len`` tokens, targets the last ``seq_len``. The
+offset is a pure function of ``i``, and ``i`` a pure function of (seed, epoch, step, slot) through the engine's
+sampler, so DESIGN invariant 3 holds exactly as for in-memory sets: a resume at the same world size is bitwise.
+
+Nothing is loaded: every process maps the shards (``np.memmap``, opened lazily, so a pickled dataset stays
+small) and :meth:`TokenWindows.gather` reads just the windows of one micro-batch with one vectorised fancy
+index per shard; the page cache is shared by every worker on a node. Torch and numpy only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from elastic_train.data.prepare import INDEX, TOKENIZER, read_index
+from elastic_train.data.spec import DataBundle, DataSpec, SourceInfo
+from elastic_train.errors import ConfigError
+
+if TYPE_CHECKING:
+    from elastic_train.config import JobConfig
+
+
+class TokenWindows(Dataset):
+    """Non-overlapping windows of ``seq_len + 1`` tokens over a list of shard files, read on demand."""
+
+    def __init__(self, files: list[str], tokens: list[int], dtype: str, seq_len: int, limit: int | None = None):
+        self.files, self.dtype, self.t = list(files), np.dtype(dtype), seq_len
+        per_shard = [max(0, (n - 1) // seq_len) for n in tokens]
+        self.first = np.concatenate([[0], np.cumsum(per_shard)]).astype(np.int64)  # first window of shard k
+        total = int(self.first[-1])
+        self.n = total if limit is None else min(total, limit)
+        self._maps: list[np.memmap | None] = [None] * len(self.files)
+        self._span = np.arange(seq_len + 1, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getstate__(self) -> dict[str, Any]:  # DataLoader workers / Ray: ship paths, not mappings
+        return {**self.__dict__, "_maps": [None] * len(self.files)}
+
+    def _map(self, k: int) -> np.memmap:
+        m = self._maps[k]
+        if m is None:
+            m = self._maps[k] = np.memmap(self.files[k], dtype=self.dtype, mode="r")
+        return m
+
+    def gather(self, idx: torch.Tensor | np.ndarray | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets (int64, (B, seq_len)) of windows ``idx``: one fancy index per shard touched."""
+        ids = np.asarray(idx.cpu() if isinstance(idx, torch.Tensor) else idx, dtype=np.int64).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n):
+            raise IndexError(f"window ids out of range [0, {self.n})")
+        shard = np.searchsorted(self.first, ids, side="right") - 1
+        start = (ids - self.first[shard]) * self.t
+        out = np.empty((len(ids), self.t + 1), dtype=np.int64)
+        for k in np.unique(shard):
+            rows = shard == k
+            out[rows] = self._map(int(k))[start[rows, None] + self._span]
+        w = torch.from_numpy(out)
+        return w[:, :-1], w[:, 1:]
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.gather([i])
+        return x[0], y[0]
+
+    def __getitems__(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        x, y = self.gather(ids)
+        return list(zip(x, y, strict=True))
+
+
+def split_windows(path: str | Path, index: dict[str, Any], split: str, seq_len: int,
+                  limit: int | None = None) -> TokenWindows:
+    root = Path(path).expanduser()
+    shards = index[split]["shards"]
+    return TokenWindows([str(root / s["file"]) for s in shards], [s["tokens"] for s in shards], index["dtype"],
+                        seq_len, limit)
+
+
+def build_tokens(job: JobConfig | Any) -> DataBundle:
+    """The shards at ``data.path``; validation is the first ``data.val_tokens`` tokens' windows of the val split."""
+    path, t, v = job.data.path, job.model.seq_len, job.model.vocab_size
+    if not path:
+        raise ConfigError("data.path", path, "data.name=tokens needs a folder made by python -m jobs.prepare_tokens")
+    index = read_index(path)
+    if index["vocab_size"] > v:
+        raise ConfigError("model.vocab_size", v, f"smaller than the tokenizer of data.path={path} "
+                                                 f"({index['vocab_size']} tokens); set model.vocab_size>="
+                                                 f"{index['vocab_size']}")
+    val_tokens = getattr(job.data, "val_tokens", None)
+    limit = None if val_tokens is None else max(1, -(-val_tokens // t))
+    train = split_windows(path, index, "train", t)
+    val = split_windows(path, index, "val", t, limit)
+    for split, part in (("train", train), ("val", val)):
+        if len(part) == 0:
+            raise ConfigError("model.seq_len", t, f"longer than every {split} shard in {path} "
+                                                  f"({index[split]['tokens']} tokens; a window needs seq_len + 1)")
+    spec = DataSpec("language_model", (t,), v, tokens_per_sample=t)
+    info = {"source": str(path), "train_tokens": index["train"]["tokens"], "val_tokens": len(val) * t,
+            "documents": index["documents"], "tokenizer_sha256": index["tokenizer"]["sha256"],
+            "tokenizer_file": str(tokenizer_path(path))}
+    source = SourceInfo(
+        name="tokens", uri=str(path), digest=_index_digest(path), schema={"x": f"int64[{t}]", "y": f"int64[{t}]"},
+        num_rows=len(train),
+        profile={"train_tokens": index["train"]["tokens"], "val_tokens": index["val"]["tokens"],
+                 "documents": index["documents"], "vocab_size": index["vocab_size"], "dtype": index["dtype"],
+                 "tokenizer_sha256": index["tokenizer"]["sha256"]},
+    )
+    return DataBundle(train, val, spec, info, source)
+
+
+def _index_digest(path: str | Path) -> str:
+    return hashlib.sha256((Path(path).expanduser() / INDEX).read_bytes()).hexdigest()[:16]
+
+
+def tokenizer_path(path: str | Path) -> Path:
+    return Path(path).expanduser() / TOKENIZER

@@ -1,0 +1,192 @@
+"""Reaching Ray without ever hanging: which cluster to use, a TCP probe before ``ray.init``, and a bound on it.
+
+``ray.init`` retries a GCS that does not answer forever (``Failed to connect to GCS at address ...`` every few
+seconds), and with no address it follows ``$RAY_TMPDIR/ray/ray_current_cluster`` (default ``/tmp/ray``), which a
+``ray start --head`` that died without ``ray stop`` leaves behind. So the driver decides first:
+
+* ``--address`` / ``$RAY_ADDRESS`` (or ``auto``: the head in that file): it must answer a TCP connect within
+  ``failure.connect_timeout_s``, and ``ray.init`` must return within the same bound again, else ConfigError
+  naming the flag (or variable, or file) and the address: exit 2, nothing started. ``local`` = embedded.
+* no address: a head in ``ray_current_cluster`` that answers is used (``ray start`` then plain jobs works);
+  one that does not answer is reported in one warning line naming the file, and an embedded Ray starts
+  (``address="local"``, never ``"auto"``, which would follow the file again).
+
+No Ray import at module level: :func:`choose` and :func:`probe` are plain sockets and files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from elastic_train.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+STALE_PROBE_S = 2.0  # how long a head named only by the leftover file gets to answer before we start our own
+
+
+@dataclass(frozen=True)
+class RayTarget:
+    """Where ``ray.init`` should go: ``address`` (``"local"`` starts an embedded Ray), how to describe it, and
+    which input named it (for the exit-2 message)."""
+
+    address: str
+    how: str
+    source: str = ""  # "--address", "RAY_ADDRESS", the file's path; "" for the embedded default
+    warning: str | None = None
+    via_file: bool = False  # found through ray_current_cluster: ray.init(address=None/"auto") reads it itself
+
+    @property
+    def embedded(self) -> bool:
+        return self.address == "local"
+
+    def init_address(self) -> str | None:
+        """What to hand ``ray.init``. A head from the file goes as None/"auto" so that Ray turns on token auth
+        for it as it does for a local head (an explicit address never does)."""
+        if not self.via_file:
+            return self.address
+        return "auto" if self.source in ("--address", "RAY_ADDRESS") else None
+
+
+def cluster_file(environ: Mapping[str, str] = os.environ) -> Path:
+    """Ray's record of the last ``ray start`` head: ``<tmp>/ray/ray_current_cluster``, ``<tmp>`` as Ray picks it
+    (``$RAY_TMPDIR``, else ``$TMPDIR`` on Linux, else ``/tmp``)."""
+    base = environ.get("RAY_TMPDIR") or (environ.get("TMPDIR") if os.name == "posix" else None) or "/tmp"
+    return Path(base) / "ray" / "ray_current_cluster"
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` (also ``ray://host:port``, ``[v6]:port``) -> (host, port); None when it names no port."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    rest = rest.split("/", 1)[0]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def probe(address: str, timeout_s: float) -> str | None:
+    """Try a TCP connect to ``address`` until it succeeds or ``timeout_s`` passes (a head may be starting).
+    None when something listens there; else why not, in a few words."""
+    hp = host_port(address)
+    if hp is None:
+        return "not host:port"
+    deadline = time.monotonic() + timeout_s
+    reason = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection(hp, timeout=max(0.05, min(left, 5.0))):
+                return None
+        except socket.gaierror as e:
+            return f"unknown host ({e.strerror or e})"
+        except ConnectionRefusedError:
+            reason = "connection refused"
+        except TimeoutError:
+            reason = "no answer"
+        except OSError as e:
+            reason = e.strerror or str(e)
+        if time.monotonic() + 0.2 >= deadline:
+            return f"{reason} within {timeout_s:g}s"
+        time.sleep(0.2)  # a refused connect returns at once: retry a few times a second until the deadline
+
+
+def choose(address: str | None, timeout_s: float, environ: Mapping[str, str] = os.environ) -> RayTarget:
+    """The cluster to connect to (see the module docstring). Raises ConfigError for an address that does not
+    answer within ``timeout_s``."""
+    if address:
+        source, target = "--address", address
+    elif environ.get("RAY_ADDRESS"):
+        source, target = "RAY_ADDRESS", environ["RAY_ADDRESS"]
+    else:
+        return _default(timeout_s, environ)
+    if target == "local":
+        return RayTarget("local", "embedded local Ray")
+    if target == "auto":
+        path = cluster_file(environ)
+        recorded = _read(path)
+        if recorded is None:
+            raise ConfigError(source, target, f"no local head: {path} does not exist (start one: ray start --head)")
+        why = probe(recorded, timeout_s)
+        if why is not None:
+            raise ConfigError(source, target, f"{path} names a head at {recorded} that does not answer ({why}); "
+                                              "`ray stop` removes the stale file, `ray start --head` starts one")
+        return RayTarget(recorded, "local head (ray start)", source, via_file=True)
+    why = probe(target, timeout_s)
+    if why is not None:
+        raise ConfigError(source, target, f"no Ray cluster answers there ({why}; failure.connect_timeout_s "
+                                          "sets the wait); start it, fix the address, or unset it to run embedded")
+    return RayTarget(target, f"cluster at {target}", source)
+
+
+def _default(timeout_s: float, environ: Mapping[str, str]) -> RayTarget:
+    path = cluster_file(environ)
+    recorded = _read(path)
+    if recorded is None:
+        return RayTarget("local", "embedded local Ray")
+    why = probe(recorded, min(STALE_PROBE_S, timeout_s))
+    if why is None:
+        return RayTarget(recorded, "local head (ray start)", str(path), via_file=True)
+    return RayTarget("local", "embedded local Ray", warning=(
+        f"{path} names a Ray head at {recorded} that does not answer ({why}): a stale leftover of a `ray start`; "
+        "starting an embedded Ray instead (`ray stop` removes the file; --address chooses a cluster)"
+    ))
+
+
+def _read(path: Path) -> str | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def bounded(call: Callable[[], object], timeout_s: float, field: str, value: str) -> None:
+    """Run ``call`` (``ray.init`` to an existing cluster) on a helper thread; if it has not returned within
+    ``timeout_s``, raise ConfigError naming ``field`` = ``value``. Its exceptions are re-raised here.
+
+    Something that accepts TCP but is no Ray head (or a head whose GCS is wedged) makes ``ray.init`` retry
+    forever; the daemon thread is left behind and the job exits 2."""
+    box: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="ray-connect", daemon=True)
+    with _quiet_thread_warning():
+        thread.start()
+        thread.join(timeout_s)
+    if thread.is_alive():
+        raise ConfigError(field, value, f"something answers there, but Ray did not connect within {timeout_s:g}s "
+                                        "(not a Ray head, or its GCS is wedged; failure.connect_timeout_s sets "
+                                        "the wait)")
+    if "error" in box:
+        raise box["error"]
+
+
+class _NotMainThreadFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
+class _quiet_thread_warning:
+    """Drop Ray's "SIGTERM handler is not set because current thread is not the main thread" while connecting:
+    the job's own SIGTERM handler (jobs._cli.guarded) stays, which is what we want."""
+
+    def __enter__(self) -> None:
+        self.logger = logging.getLogger("ray._private.worker")
+        self.filter = _NotMainThreadFilter()
+        self.logger.addFilter(self.filter)
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeFilter(self.filter)
