@@ -103,7 +103,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
-    rows, repeats = (20_000, 2) if args.smoke else (200_000, 3)
+    rows, repeats = (8_000, 2) if args.smoke else (200_000, 3)
 
     import ray
 
