@@ -53,6 +53,7 @@ def test_ray_data_from_s3_with_s3_checkpoints_survives_a_killed_worker(
     )
     console = capsys.readouterr()
     assert marker.exists(), "the fault never fired"
+    assert f"data read from s3://{s3_bucket}/digits: 3 parquet file(s)" in console.out
     assert summary["restarts"] == 1 and summary["final_metrics"]["val_accuracy"] > 0.5
 
     # exactly once per epoch, by the Parquet's own sample ids (ids are 0..n-1: sorted id order = row index)
