@@ -60,8 +60,17 @@ def test_a_step_budget_on_shards_crosses_epochs_stops_exactly_and_a_crash_resume
     assert last.step == 24 and last.value == pytest.approx(1e-3 * 0.1)  # the cosine ends at min_lr_ratio
 
 
-def test_generate_reads_the_tokenizer_the_checkpoint_carries(clean, capsys):
+def test_generate_reads_the_tokenizer_the_checkpoint_carries_and_the_run_holds_tokenizer_and_samples(clean):
+    from mlflow.tracking import MlflowClient
+
     tmp, index, two = clean
+    assert two.get("samples_artifact") == "tokens/samples.txt", two.get("samples_error")
+    client = MlflowClient(tracking_uri=two["tracking_uri"])
+    assert {a.path for a in client.list_artifacts(two["mlflow_run_id"], "tokens")} == {
+        "tokens/samples.txt", "tokens/tokenizer.json"}
+    samples = (tmp / "samples").mkdir() or client.download_artifacts(two["mlflow_run_id"], "tokens/samples.txt",
+                                                                      str(tmp / "samples"))
+    assert open(samples).read().count("--- prompt") == 6
     assert (tmp / "clean" / two["checkpoint"].rsplit("/", 1)[1] / "tokenizer.json").is_file()
     out = tmp / "gen.json"
     assert generate.main(["--checkpoint", str(tmp / "clean"), "--prompt", "the cat", "--max-new-tokens", "20",
