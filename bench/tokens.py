@@ -4,9 +4,9 @@
     .venv/bin/python bench/tokens.py              # a ~24 MB corpus (Python's own standard library, repeated)
 
 The corpus is real text: the standard library's .py files. Both loader sides serve the same windows in the same
-order through the engine's WorkerData (one worker, CPU, global batch 64 x seq_len 256): ``memmap`` maps the
-shards and gathers each micro-batch's windows; ``in_memory`` holds every window as one int64 tensor (the
-``text`` path). Sides alternate, 3 rounds each, medians reported.
+order through the engine's WorkerData (one worker, one torch thread, CPU, global batch 64 x seq_len 256):
+``memmap`` maps the shards and gathers each micro-batch's windows; ``in_memory`` holds every window as one int64
+tensor (the ``text`` path). Sides alternate, 3 rounds each, medians reported.
 
     loader_ratio       memmap / in-memory tokens/s          goal: within noise of 1 (>= 0.9 on a loaded box)
     prepare_tokens_s   tokenizer throughput on the pool      (2 workers)
@@ -100,6 +100,9 @@ def main() -> None:
     ap.add_argument("--tokenizer", default="bytes", help="bytes (default: the loader, not BPE training) | bpe")
     args = ap.parse_args()
     mb = 1.5 if args.smoke else 12.0
+    import torch
+
+    torch.set_num_threads(1)  # as in a Ray worker with 1 CPU (a multi-threaded gather spins on a busy box)
     from elastic_train.config import load
     from elastic_train.data import build_data
 

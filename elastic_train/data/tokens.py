@@ -59,10 +59,13 @@ class TokenWindows(Dataset):
             raise IndexError(f"window ids out of range [0, {self.n})")
         shard = np.searchsorted(self.first, ids, side="right") - 1
         start = (ids - self.first[shard]) * self.t
-        out = np.empty((len(ids), self.t + 1), dtype=np.int64)
-        for k in np.unique(shard):
-            rows = shard == k
-            out[rows] = self._map(int(k))[start[rows, None] + self._span]
+        if len(ids) and shard[0] == shard[-1] and (shard == shard[0]).all():  # one shard: one read, one cast
+            out = self._map(int(shard[0]))[start[:, None] + self._span].astype(np.int64)
+        else:
+            out = np.empty((len(ids), self.t + 1), dtype=np.int64)
+            for k in np.unique(shard):
+                rows = shard == k
+                out[rows] = self._map(int(k))[start[rows, None] + self._span]
         w = torch.from_numpy(out)
         return w[:, :-1], w[:, 1:]
 

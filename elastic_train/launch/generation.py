@@ -87,3 +87,35 @@ def generate_texts(loaded: Loaded, prompt: str, max_new_tokens: int, temperature
                      stop_id=loaded.tokenizer.eos_id, device=loaded.device)
         out.append(loaded.tokenizer.decode(new))
     return out
+
+
+SAMPLE_PROMPTS = ("", "The ", "In ")
+
+
+def log_samples(ctx: Any, spec: Any, checkpoint_uri: str, max_new_tokens: int = 64) -> dict[str, Any]:
+    """Into the finished run's artifacts under ``tokens/``: the tokenizer and a few greedy and sampled texts
+    from the final checkpoint (``samples.txt``), so the run shows what the model writes."""
+    import tempfile
+
+    from ray.train import Checkpoint
+
+    from elastic_train.train.state import load_model
+    from tracking import backend_for
+
+    with Checkpoint(checkpoint_uri).as_directory() as d:
+        model, cfg, _ = load_model(d)
+        tok_file = Path(d) / TOKENIZER
+        if not tok_file.is_file():
+            return {}
+        tok_text = tok_file.read_text()
+    loaded = Loaded(model, load_tokenizer(tok_text), cfg.model.seq_len, torch.device("cpu"), checkpoint_uri)
+    lines = []
+    for prompt in SAMPLE_PROMPTS:
+        for temperature in (0.0, 0.8):
+            text = generate_texts(loaded, prompt, max_new_tokens, temperature, 40, seed=0)[0]
+            lines.append(f"--- prompt {prompt!r}, temperature {temperature}, top-k 40, seed 0\n{prompt}{text}\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / TOKENIZER).write_text(tok_text)
+        (Path(tmp) / "samples.txt").write_text("\n".join(lines))
+        backend_for(spec, ctx.home).log_artifacts(spec, tmp, artifact_path="tokens")
+    return {"samples_artifact": "tokens/samples.txt"}

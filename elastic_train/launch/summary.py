@@ -143,6 +143,13 @@ def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model
             summary.update(log_checkpoint_model(ctx, spec, summary["checkpoint"]))
         except Exception as e:  # noqa: BLE001 - the run trained; a model upload failure is reported, not fatal
             summary["model_error"] = f"{type(e).__name__}: {e}"
+        if ctx.bundle is not None and ctx.bundle.info.get("tokenizer_file"):  # token shards: tokenizer + samples
+            try:
+                from elastic_train.launch.generation import log_samples
+
+                summary.update(log_samples(ctx, spec, summary["checkpoint"]))
+            except Exception as e:  # noqa: BLE001 - as for the model: reported, not fatal
+                summary["samples_error"] = f"{type(e).__name__}: {e}"
     account(ctx, outcome, summary)  # the model upload is teardown: count it (the flush below is not in MLflow's copy)
     goodput = {f"goodput_{k}": v for k, v in (summary.get("goodput") or {}).items() if isinstance(v, int | float)}
     writer.log_metrics(goodput, step=step)
