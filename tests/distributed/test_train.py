@@ -98,13 +98,16 @@ def test_three_faults_of_three_kinds_end_bitwise_equal_and_exactly_once(runs, mo
     fired = sorted(json.loads(p.read_text())["step"] for p in markers.glob("fault-*.json"))
     assert fired == [8, 9, 15], fired
     assert crashed["restarts"] == 3 and crashed["world_sizes"] == [2]
-    # Counted to the last log point before each fault, back to whichever checkpoint Ray had committed
-    # (asynchronous uploads still in flight when a worker dies are not committed).
-    assert 3 <= crashed["goodput"]["recomputed_steps"] <= 8 + 9 + 15
+    records = read_trace(trace)
+    served_again = sum(1 for r in records if r["rank"] == 0) - crashed["steps"]  # rank 0 fetched these twice
+    assert served_again >= 3  # each fault lost at least its own step
+    # The ledger knows the last step to within its 0.25 s push period, so on these millisecond steps it may
+    # count fewer; back to whichever checkpoint Ray had committed (uploads in flight at a death are not).
+    assert 1 <= crashed["goodput"]["recomputed_steps"] <= served_again
     assert crashed["goodput"]["restart_lost_s"] > 0
     assert_wall_adds_up(crashed)
     assert crashed["params_sha256"] == two["params_sha256"]
-    assert exactly_once_problems(read_trace(trace), n_train=1438, g=128, epochs=2) == []
+    assert exactly_once_problems(records, n_train=1438, g=128, epochs=2) == []
     history = MlflowClient(tracking_uri=crashed["tracking_uri"]).get_metric_history(crashed["mlflow_run_id"],
                                                                                     "train_loss")
     steps = [m.step for m in history]
