@@ -59,10 +59,13 @@ class TokenWindows(Dataset):
             raise IndexError(f"window ids out of range [0, {self.n})")
         shard = np.searchsorted(self.first, ids, side="right") - 1
         start = (ids - self.first[shard]) * self.t
-        out = np.empty((len(ids), self.t + 1), dtype=np.int64)
-        for k in np.unique(shard):
-            rows = shard == k
-            out[rows] = self._map(int(k))[start[rows, None] + self._span]
+        if len(ids) and shard[0] == shard[-1] and (shard == shard[0]).all():  # one shard: one read, one cast
+            out = self._map(int(shard[0]))[start[:, None] + self._span].astype(np.int64)
+        else:
+            out = np.empty((len(ids), self.t + 1), dtype=np.int64)
+            for k in np.unique(shard):
+                rows = shard == k
+                out[rows] = self._map(int(k))[start[rows, None] + self._span]
         w = torch.from_numpy(out)
         return w[:, :-1], w[:, 1:]
 
@@ -103,7 +106,8 @@ def build_tokens(job: JobConfig | Any) -> DataBundle:
                                                   f"({index[split]['tokens']} tokens; a window needs seq_len + 1)")
     spec = DataSpec("language_model", (t,), v, tokens_per_sample=t)
     info = {"source": str(path), "train_tokens": index["train"]["tokens"], "val_tokens": len(val) * t,
-            "documents": index["documents"], "tokenizer_sha256": index["tokenizer"]["sha256"]}
+            "documents": index["documents"], "tokenizer_sha256": index["tokenizer"]["sha256"],
+            "tokenizer_file": str(tokenizer_path(path))}
     source = SourceInfo(
         name="tokens", uri=str(path), digest=_index_digest(path), schema={"x": f"int64[{t}]", "y": f"int64[{t}]"},
         num_rows=len(train),

@@ -50,6 +50,7 @@ def build_trainer(
         fault=ctx.fault,
         progress_bars=sys.stdout.isatty(),
         data_ref=data_ref,
+        launched=ctx.started,
         start_from=start_from,
     )
     env_vars = dict(tracking.env) if tracking else {}

@@ -13,6 +13,8 @@ and the ledger as a :class:`Host` of plain values and callables.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -75,7 +77,9 @@ class Session:
         self.strategy = make_strategy(cfg.scaling.strategy)
         self.throughput = metric_math.Throughput()
         self.restored = False
+        self._eval_s = 0.0
         self._build(record)
+        host.fault.note("built")
 
     def _build(self, record: RunRecord) -> None:
         cfg = self.cfg
@@ -104,6 +108,7 @@ class Session:
         if not same_rng:  # a new world size: derive this rank's RNG from the position, deterministically
             seed_everything(self.cfg.seed * 1000 + self.rank + 7919 * self.state.progress.global_step)
         self.restored = True
+        self.host.fault.note("restored", step=self.state.progress.global_step)
 
     def adopt(self, record: RunRecord) -> dict[str, Any]:
         """After :meth:`restore` from another run's checkpoint (a PBT clone): continue its state as this run, with
@@ -156,6 +161,7 @@ class Session:
     # ------------------------------------------------------------------------------ the loop
     def run(self) -> None:
         cfg, p, steps_per_epoch = self.cfg, self.state.progress, self.data.steps_per_epoch
+        self.goodput.book.loop_started(time.time())  # startup (or a restart) ends: steps count from here
         self.window = metric_math.Window(self.device)
         self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line, self.budget)  # clocks start
         first = True
@@ -175,6 +181,8 @@ class Session:
                 if first:
                     first = False
                     self._first_step()
+                self.goodput.book.stepped(p.global_step)
+                self.goodput.push()  # at most every 0.25 s: the ledger knows the last step when a worker dies
                 self.host.fault.maybe_fire(p.global_step)
                 if self.policy.is_sync_point(p.global_step, p.step_in_epoch):
                     self._maybe_checkpoint(self._sync_and_log(), epoch_end=p.step_in_epoch == 0)
@@ -197,6 +205,7 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.goodput.book.first_step_done(time.time())
+        self.host.fault.note("first_step", step=self.state.progress.global_step)
 
     def _sync_and_log(self) -> dict[str, bool]:
         """All-reduce the window's sums (plus rank 0's control flags); log them; return the flags."""
@@ -234,12 +243,16 @@ class Session:
         self.state.record.goodput = book.totals
         self.state.record.world_sizes = list(book.world_sizes)
         directory = tempfile.mkdtemp(prefix="elastic-train-ckpt-")
+        tokenizer = self.bundle.info.get("tokenizer_file")
+        if tokenizer and self.rank == 0:  # token shards: the checkpoint carries its tokenizer (jobs.generate)
+            shutil.copyfile(tokenizer, os.path.join(directory, os.path.basename(tokenizer)))
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
                                                     "batch_plan": self.plan.describe(), "reason": reason})
+        self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0
-        book.heartbeat(time.time(), p.global_step, 0.0, blocked)
+        book.heartbeat(time.time(), p.global_step, 0.0, max(0.0, blocked - self._eval_s), self._eval_s)
         self.goodput.push(force=True)
         self.policy.checkpointed()
         self.window.reset()
@@ -266,9 +279,11 @@ class Session:
         return metrics
 
     def _evaluate(self) -> dict[str, float]:
+        t0 = time.perf_counter()
         batch = eval_batch_size(self.bundle.spec, self.plan.micro_batch_size)
         batches = self.data.val_batches(batch, equal_counts=self.strategy.equal_eval_batches)
         metrics, _ = validate(self.model, batches, self.precision, self.device, self.world, self.bundle.spec)
+        self._eval_s = time.perf_counter() - t0  # goodput: validation's share of the checkpoint's block
         return metrics
 
     def _final_metrics(self) -> dict[str, Any]:

@@ -63,15 +63,16 @@ class Goodput:
     """Where the run's wall time went, cumulative over restarts and job resumes (seconds / steps)."""
 
     productive_s: float = 0.0  # inside training steps (forward, backward, optimizer, data wait)
-    checkpoint_s: float = 0.0  # training blocked on evaluation + checkpoint save + report
+    checkpoint_s: float = 0.0  # training blocked on checkpoint save + report
     restart_lost_s: float = 0.0  # from the last sign of life before a failure to the first step after
     recomputed_steps: int = 0  # steps done after the restored checkpoint and lost in a failure
     restarts: int = 0
-    startup_s: float = 0.0  # first attempt: worker start to first step
+    startup_s: float = 0.0  # each driver: its launch to its first training loop's start
+    eval_s: float = 0.0  # training blocked on validation at checkpoints
 
     def summary(self) -> dict[str, float]:
         out = asdict(self)
-        accounted = self.productive_s + self.checkpoint_s + self.restart_lost_s + self.startup_s
+        accounted = self.productive_s + self.checkpoint_s + self.eval_s + self.restart_lost_s + self.startup_s
         out["goodput_ratio"] = self.productive_s / accounted if accounted > 0 else 0.0
         return out
 

@@ -136,14 +136,16 @@ def test_a_checkpoint_without_meta_is_refused(tmp_path):
 def test_goodput_book_charges_restarts():
     book = GoodputBook()
     book.begin_attempt(100.0, 2, None, None, [])
-    book.first_step_done(105.0)
+    book.loop_started(105.0)  # startup (and a restart) ends when the training loop starts
+    book.first_step_done(106.0)
     book.heartbeat(110.0, 40, productive_s=5.0, checkpoint_s=0.0)  # steps 0..40
     saved = Goodput(**vars(book.totals))  # a checkpoint at step 40
     book.heartbeat(112.0, 50, productive_s=2.0, checkpoint_s=0.5)
     # crash after step 50; the new group restores step 40 on 1 worker
     event = book.begin_attempt(120.0, 1, 40, saved, [2])
     assert event["restart"] and event["recomputed_steps"] == 10 and event["previous_world_size"] == 2
-    book.first_step_done(125.0)
+    book.loop_started(125.0)
+    book.first_step_done(126.0)
     t = book.totals
     assert t.restarts == 1 and t.recomputed_steps == 10
     assert t.productive_s == pytest.approx(5.0)  # the 2 s after the checkpoint were lost
