@@ -135,11 +135,12 @@ def run_anchor(home: Path, name: str, args: argparse.Namespace) -> dict:
     started = time.time()
     space = {"lr": tune.grid_search(list(args.lrs)), "batch": tune.grid_search(list(args.batches)),
              "epochs": args.epochs, "workers": args.workers, "storage": str(home / "anchor")}
-    grid = tune.Tuner(
-        tune.with_resources(anchor_trial, {"CPU": 1}), param_space=space,
-        tune_config=tune.TuneConfig(metric="val_loss", mode="min", max_concurrent_trials=1),
-        run_config=tune.RunConfig(name=name, storage_path=str(home / "anchor"), verbose=0),
-    ).fit()
+    with contextlib.redirect_stdout(sys.stderr):  # Tune's start banner; stdout is the JSON
+        grid = tune.Tuner(
+            tune.with_resources(anchor_trial, {"CPU": 1}), param_space=space,
+            tune_config=tune.TuneConfig(metric="val_loss", mode="min", max_concurrent_trials=1),
+            run_config=tune.RunConfig(name=name, storage_path=str(home / "anchor"), verbose=0),
+        ).fit()
     best = grid.get_best_result(scope="all")
     return {"wall_s": round(time.time() - started, 1), "trials": len(grid), "best_metric": best.metrics["val_loss"]}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,9 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
         )
     before = len(OrphanedPlacementGroupReaper.removed)
     try:
-        grid = tuner.fit()
+        with warnings.catch_warnings():  # PBT's advice to reuse actors: a trial's process must end (reuse_actors)
+            warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
+            grid = tuner.fit()
     finally:
         settle()
     return grid, OrphanedPlacementGroupReaper.removed[before:]
