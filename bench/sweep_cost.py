@@ -1,8 +1,16 @@
-"""What ASHA saves: an ASHA sweep against a grid over the same space, on digits. Prints JSON.
+"""What a sweep costs: ASHA against a grid over the same space, and ``jobs.sweep`` against bare Tune + Train V2
+doing the same trials (the anchor), on digits. Prints JSON.
 
-    .venv/bin/python bench/sweep_cost.py                 # 12 configs x 9 epochs, 3 sweeps (~12 min on 2 cores)
-    .venv/bin/python bench/sweep_cost.py --smoke         # 4 configs x 3 epochs: the wiring, in ~4 minutes
+    .venv/bin/python bench/sweep_cost.py                 # 12 configs x 9 epochs, 3 sweeps + the anchor (~16 min)
+    .venv/bin/python bench/sweep_cost.py --smoke         # the anchor only: 2 trials x 1 epoch per side (< 3 min)
     .venv/bin/python bench/sweep_cost.py --address auto  # on a running cluster (more trials at once)
+
+**The anchor** (``per_trial``): the least a user could write with Ray Tune + ``TorchTrainer`` (a function
+trainable per trial that fits a TorchTrainer whose workers run a plain DDP loop on digits and report a checkpoint
+per epoch, with ``TuneReportCallback``; one trial at a time, so it cannot deadlock), against ``jobs.sweep`` with
+every feature on (MLflow parent and children, the best model logged, elastic restarts, goodput) over the same
+trials: same learning rates, global batches, epochs and workers per trial. The two sides alternate
+(``--rounds``); ``ratio`` is the median ``jobs.sweep`` wall over the median anchor wall (goal <= 1.1).
 
 Both sweeps run the real ``jobs.sweep`` over the same grid (``train.lr`` x ``train.global_batch_size``, each
 trial a 2-worker DDP run): ``grid`` trains every config for ``--epochs``; ``asha`` runs the same configs with
@@ -65,6 +73,98 @@ def run(home: Path, name: str, args: argparse.Namespace, *overrides: str) -> dic
     }
 
 
+def anchor_loop(config: dict) -> None:
+    """A user's plain DDP loop on digits: what the anchor's workers run (module level: Ray pickles it)."""
+    import tempfile
+
+    import ray.train
+    import ray.train.torch
+    import torch
+    from sklearn.datasets import load_digits
+    from torch import nn
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).flatten(1) / 16.0
+    y = torch.tensor(d.target)
+    g = torch.Generator().manual_seed(0)
+    perm = torch.randperm(len(x), generator=g)
+    cut = int(len(x) * 0.8)
+    tr, va = perm[:cut], perm[cut:]
+    torch.manual_seed(0)
+    model = ray.train.torch.prepare_model(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256),
+                                                        nn.ReLU(), nn.Linear(256, 10)))
+    opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=0.01)
+    micro = config["batch"] // world
+    for epoch in range(config["epochs"]):
+        order = tr[torch.randperm(len(tr), generator=torch.Generator().manual_seed(epoch))]
+        model.train()
+        for s in range(len(order) // config["batch"]):
+            idx = order[s * config["batch"] + rank * micro: s * config["batch"] + (rank + 1) * micro]
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            val_loss = nn.functional.cross_entropy(model(x[va]), y[va]).item()
+        with tempfile.TemporaryDirectory() as tmp:
+            if rank == 0:
+                torch.save(model.state_dict(), f"{tmp}/model.pt")
+            ray.train.report({"val_loss": val_loss, "epoch": epoch + 1},
+                             checkpoint=ray.train.Checkpoint.from_directory(tmp) if rank == 0 else None)
+
+
+def anchor_trial(config: dict) -> None:
+    """One anchor trial: a TorchTrainer fitted inside a Tune function trainable (the Train V2 way)."""
+    from ray import tune
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    TorchTrainer(anchor_loop, train_loop_config=config,
+                 scaling_config=ScalingConfig(num_workers=config["workers"]),
+                 run_config=RunConfig(name=f"anchor-{tune.get_context().get_trial_id()}",
+                                      storage_path=config["storage"], callbacks=[TuneReportCallback()])).fit()
+
+
+def run_anchor(home: Path, name: str, args: argparse.Namespace) -> dict:
+    """The anchor sweep over ``args.lrs`` x ``args.batches``: one trial at a time; its wall and best val_loss."""
+    from ray import tune
+
+    started = time.time()
+    space = {"lr": tune.grid_search(list(args.lrs)), "batch": tune.grid_search(list(args.batches)),
+             "epochs": args.epochs, "workers": args.workers, "storage": str(home / "anchor")}
+    grid = tune.Tuner(
+        tune.with_resources(anchor_trial, {"CPU": 1}), param_space=space,
+        tune_config=tune.TuneConfig(metric="val_loss", mode="min", max_concurrent_trials=1),
+        run_config=tune.RunConfig(name=name, storage_path=str(home / "anchor"), verbose=0),
+    ).fit()
+    best = grid.get_best_result(scope="all")
+    return {"wall_s": round(time.time() - started, 1), "trials": len(grid), "best_metric": best.metrics["val_loss"]}
+
+
+def per_trial(home: Path, args: argparse.Namespace) -> dict:
+    """jobs.sweep (every feature on) against the anchor over the same trials, alternated; medians and ratio."""
+    import statistics
+
+    ours, anchor = [], []
+    for i in range(args.rounds):
+        sides = [("ours", ours), ("anchor", anchor)] if i % 2 == 0 else [("anchor", anchor), ("ours", ours)]
+        for side, out in sides:
+            if side == "ours":
+                out.append(run(home, f"ours-{i}", args, "sweep.scheduler=none", "sweep.max_concurrent_trials=1",
+                               f"scaling.num_workers={args.workers}", "tracking.register_model=bench-sweep-cost"))
+            else:
+                out.append(run_anchor(home, f"anchor-{i}", args))
+    o, a = statistics.median(r["wall_s"] for r in ours), statistics.median(r["wall_s"] for r in anchor)
+    trials = len(args.lrs) * len(args.batches)
+    return {"trials_per_sweep": trials, "epochs": args.epochs, "workers_per_trial": args.workers,
+            "rounds": args.rounds, "jobs_sweep": ours, "anchor": anchor, "jobs_sweep_median_s": o,
+            "anchor_median_s": a, "ratio": round(o / a, 3), "per_trial_overhead_s": round((o - a) / trials, 1),
+            "goal": {"ratio_max": 1.1, "met": o / a <= 1.1}}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=9, help="every trial's budget (ASHA's max_t)")
@@ -76,10 +176,12 @@ def main() -> int:
     p.add_argument("--address", help="a running Ray cluster; default: a private local Ray of --cpus CPUs")
     p.add_argument("--cpus", type=int, default=4, help="logical CPUs of the private local Ray")
     p.add_argument("--seed", type=int, default=0, help="seeds the learning rates' order in the asha sweep")
-    p.add_argument("--smoke", action="store_true", help="4 configs x 3 epochs, no ascending-order sweep")
+    p.add_argument("--workers", type=int, default=1, help="workers per trial in the anchor comparison")
+    p.add_argument("--rounds", type=int, default=2, help="alternations of jobs.sweep and the anchor")
+    p.add_argument("--smoke", action="store_true", help="the anchor comparison only: 2 trials x 1 epoch, 1 round")
     args = p.parse_args()
     if args.smoke:
-        args.epochs, args.lrs, args.batches = 3, [3e-4, 1e-2], [64, 256]
+        args.epochs, args.lrs, args.batches, args.rounds = 1, [3e-4, 1e-2], [128], 1
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     import ray
 
@@ -92,6 +194,12 @@ def main() -> int:
         else:
             ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, logging_level="ERROR")
         try:
+            anchor = per_trial(home, argparse.Namespace(**{**vars(args), "lrs": args.lrs[:3], "batches":
+                                                          args.batches[:2], "epochs": min(args.epochs, 2)}))
+            if args.smoke:
+                print(json.dumps({"measured": "smoke (under whatever load the machine has)", "per_trial": anchor},
+                                 indent=2))
+                return 0
             grid = run(home, "grid", args, "sweep.scheduler=none")
             asha_flags = (
                 "sweep.scheduler=asha", "sweep.grace_period=1", f"sweep.reduction_factor={args.reduction_factor}"
@@ -119,6 +227,7 @@ def main() -> int:
         "metric_gap": round(gap, 6),
         "epoch_share": round(share, 4),
         "goal": {"metric_gap_max": 0.01, "epoch_share_max": 0.40, "met": gap <= 0.01 and share <= 0.40},
+        "per_trial": anchor,
     }
     print(json.dumps(out, indent=2))
     return 0

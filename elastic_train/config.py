@@ -278,9 +278,20 @@ class SweepConfig(Section):
     )
     metric: str = Field("val_loss", description="Metric the sweep optimises.")
     mode: Literal["min", "max"] = Field("min", description="Minimise or maximise `metric`.")
-    scheduler: Literal["asha", "none"] = Field("asha", description="asha stops weak trials early; none runs all.")
+    scheduler: Literal["asha", "pbt", "none"] = Field(
+        "asha", description="asha stops weak trials early; pbt clones strong trials into weak ones; none runs all."
+    )
     grace_period: int = Field(1, gt=0, description="asha: epochs every trial runs before it can be stopped.")
     reduction_factor: float = Field(2.0, gt=1.0, description="asha: keep 1/reduction_factor at each rung.")
+    perturbation_interval: int = Field(
+        1, gt=0, description="pbt: epochs between exploit/explore decisions (each at a checkpoint)."
+    )
+    quantile_fraction: float = Field(
+        0.25, gt=0.0, le=0.5, description="pbt: the bottom share of trials that clone the top share."
+    )
+    resample_probability: float = Field(
+        0.25, ge=0.0, le=1.0, description="pbt: chance a cloned value is redrawn from the space instead of scaled."
+    )
     max_concurrent_trials: Literal["auto"] | int = Field(
         "auto", description="Trials at once; auto = what the cluster can hold."
     )

@@ -49,6 +49,10 @@ def summary(module: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the program itself: a job's wall counts from the process start
+        from elastic_train.launch import timeline
+
+        timeline.PROGRAM = True
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
         print(usage(), file=sys.stderr)

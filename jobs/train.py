@@ -34,20 +34,27 @@ def build_parser(prog: str = "python -m jobs.train") -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m jobs.train") -> int:
+    from elastic_train.launch import timeline
+
+    # the job is the program when it reads the command line (here or in jobs.cli): its wall counts from the
+    # process start, imports included; called in-process with arguments, from this call
+    launched = timeline.begin(from_process_start=argv is None or timeline.is_program()).launched
     args = build_parser(prog).parse_args(argv)
-    return guarded(lambda: _train(args))
+    return guarded(lambda: _train(args, launched))
 
 
-def _train(args) -> int:
+def _train(args, launched: float | None = None) -> int:
     from elastic_train.launch import context, fit, summary
 
     if args.print_config:
         return print_config(context.plan(args.config, args.overrides, args.resume).cfg)
-    ctx = context.prepare(args.config, args.overrides, args.resume, args.address)
+    ctx = context.prepare(args.config, args.overrides, args.resume, args.address, launched=launched)
     print(ctx.header())
     outcome = fit.fit(ctx)
     result = summary.summarize(ctx, outcome)
     summary.finish(ctx, outcome, result)
+    context.disconnect_ray(ctx)
+    summary.account(ctx, outcome, result)
     print(summary.render_summary(result))
     write_json(args.summary_json, result)
     return {"FINISHED": EXIT_OK, "KILLED": EXIT_KILLED}.get(outcome.status, EXIT_FAILED)

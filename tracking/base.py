@@ -111,6 +111,10 @@ class TrackingBackend(Protocol):
         """Versions, git commit, Ray job id: what produced a run."""
         ...
 
+    def log_dataset(self, spec: TrackingSpec, info: dict[str, Any]) -> None:
+        """Record the run's data source (``SourceInfo`` fields: name, uri, digest, schema, num_rows, profile)."""
+        ...
+
 
 class NullTracker:
     """The tracker of every rank but 0 (and of runs with tracking off): accepts everything, does nothing."""

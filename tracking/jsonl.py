@@ -242,6 +242,14 @@ class JsonlBackend:
     def environment_params(self) -> dict[str, str]:
         return environment_params()
 
+    def log_dataset(self, spec: TrackingSpec, info: dict[str, Any]) -> None:
+        """The run's data source under ``inputs`` in its run file (one entry per digest)."""
+        def add(run: dict[str, Any]) -> None:
+            inputs = [i for i in run.get("inputs", []) if i.get("digest") != info.get("digest")]
+            run["inputs"] = [*inputs, info]
+
+        update_run(self._dir(spec), add)
+
     # ------------------------------------------------------------------------------ helpers
     def _dir(self, spec: TrackingSpec) -> Path:
         return self.root / spec.experiment_id / spec.run_id

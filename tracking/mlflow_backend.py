@@ -16,6 +16,8 @@ from tracking.runs import (
     check_reachable,
     end_run,
     environment_params,
+    get_or_create_experiment,
+    is_server,
     last_logged_step,
     resolve_uri,
     start_run,
@@ -32,6 +34,13 @@ class MlflowBackend:
 
     def check(self) -> None:
         check_reachable(self.uri)
+
+    def prepare_store(self, experiment: str) -> None:
+        """Import MLflow and create the store and the experiment (a driver does this while Ray starts)."""
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.uri)
+        get_or_create_experiment(client, experiment, self.home / "mlartifacts" if not is_server(self.uri) else None)
 
     def start_run(self, experiment: str, run_name: str, *, kind: str, spool_path: Path,
                   parent_run_id: str | None = None, system_metrics: bool = False,
@@ -82,6 +91,11 @@ class MlflowBackend:
         import mlflow
 
         return {**environment_params(), "env.mlflow": mlflow.__version__}
+
+    def log_dataset(self, spec: TrackingSpec, info: dict[str, Any]) -> None:
+        from tracking.datasets import log_dataset_input
+
+        log_dataset_input(spec.uri, spec.run_id, info)
 
     def _client(self) -> Any:
         from mlflow.tracking import MlflowClient

@@ -11,6 +11,7 @@ import json
 import math
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -160,6 +161,12 @@ class WorkerData:
             + "\n"
         )
         self._trace.flush()
+
+    def mark(self, event: dict[str, Any]) -> None:
+        """A non-step line in the trace (e.g. where a PBT clone took over its donor's position)."""
+        if self._trace is not None:
+            self._trace.write(json.dumps({"event": event, "rank": self.rank, "t": time.time()}) + "\n")
+            self._trace.flush()
 
     def close(self) -> None:
         if self._trace is not None:

@@ -75,6 +75,27 @@ def split_indices(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor,
     return perm[n_val:], perm[:n_val]
 
 
+def source_of(bundle: DataBundle, name: str) -> SourceInfo:
+    """The bundle's own SourceInfo, else one derived from it: its ``info["source"]``, the shapes and dtypes of an
+    in-memory set, and a content digest of its tensors (of the sizes only for a map-style set)."""
+    if bundle.source is not None:
+        return bundle.source
+    import hashlib
+
+    h = hashlib.sha256(name.encode())
+    schema: dict[str, str] = {}
+    for split in (bundle.train, bundle.val):
+        if isinstance(split, TensorSet):
+            for col, t in (("x", split.x), ("y", split.y)):
+                h.update(t.detach().cpu().contiguous().numpy().tobytes())
+                schema[col] = f"{str(t.dtype).removeprefix('torch.')}{list(t.shape[1:])}"
+        h.update(str(len(split)).encode())
+    uri = str(bundle.info.get("source") or bundle.info.get("path") or name)
+    return SourceInfo(name=name, uri=uri, digest=h.hexdigest()[:16], schema=schema,
+                      num_rows=len(bundle.train) + len(bundle.val),
+                      profile={"train_samples": len(bundle.train), "val_samples": len(bundle.val)})
+
+
 def describe(bundle: DataBundle) -> dict[str, Any]:
     return {
         "train_samples": len(bundle.train),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,9 +23,12 @@ from typing import Any
 from elastic_train import config as config_mod
 from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import DataBundle
+from elastic_train.data.spec import source_of
+from elastic_train.launch import timeline
 from elastic_train.launch.preflight import PreflightReport
 from elastic_train.launch.quiet import filter_forwarded_lines, quiet_ray_driver_logs
 from elastic_train.launch.storage import RunStorage, default_run_name, resolve_home, resolve_storage
+from elastic_train.train.faults import FaultPlan
 from tracking import TrackingBackend, TrackingSpec, TrackingUnavailable, open_backend
 
 log = logging.getLogger(__name__)
@@ -71,11 +75,13 @@ class RunContext:
 
 
 def plan(config_path: str | None, overrides: list[str], resume: str | None = None, *,
-         stored: dict[str, Any] | None = None, name: str | None = None) -> RunContext:
+         stored: dict[str, Any] | None = None, name: str | None = None,
+         launched: float | None = None) -> RunContext:
     """Resolve the config, run name and storage; no Ray. ``--resume NAME`` layers over that run's stored config.
 
     ``stored`` is another base config (``jobs.evaluate``: the one a model was trained with); ``name`` forces
-    the run name. The file is read and the overrides are parsed once.
+    the run name. The file is read and the overrides are parsed once. ``launched`` is when the job started
+    (``started``: its wall and goodput count from there); default now.
     """
     file_tree = config_mod.read_yaml(config_path) if config_path else {}
     parsed = config_mod.parse_overrides(overrides)
@@ -101,8 +107,11 @@ def plan(config_path: str | None, overrides: list[str], resume: str | None = Non
     resuming = storage.has_checkpoints()
     if resuming:
         config_mod.refuse_incompatible_resume(storage.load_config(), cfg)
-    return RunContext(cfg, run_name, home, storage_path, resuming, config_path, now,
-                      fault=os.environ.get(FAULT_ENV) or None)
+    fault = os.environ.get(FAULT_ENV) or None
+    FaultPlan.parse(fault)  # a malformed test-fault spec exits 2 here, not in a worker
+    timeline.mark("config + plan")
+    return RunContext(cfg, run_name, home, storage_path, resuming, config_path,
+                      launched if launched is not None else now, fault=fault)
 
 
 # ---------------------------------------------------------------------------------------- connect
@@ -142,12 +151,27 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
 
         validate(ctx.cfg)
         target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
+        timeline.mark("ray start")
         bundle, n_params = check_static(ctx.cfg)
+        timeline.mark("data + model build")
     else:
         bundle, n_params = check_static(ctx.cfg)
+        timeline.mark("data + model build")
         target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
+        timeline.mark("ray start")
     report = check_cluster(ctx.cfg, ctx.storage_path, bundle, n_params)
+    timeline.mark("cluster preflight")
     return replace(ctx, ray_target=target, cluster=report, bundle=bundle)
+
+
+def disconnect_ray(ctx: RunContext) -> None:
+    """Stop the embedded Ray this run started (a few seconds, counted in the run's teardown, before the summary
+    prints, rather than after it at interpreter exit); leave a cluster or a caller's Ray as it is."""
+    import ray
+
+    if ctx.ray_target in ("embedded local Ray", "cluster at local") and ray.is_initialized():
+        ray.shutdown()
+        timeline.mark("ray shutdown")
 
 
 # ---------------------------------------------------------------------------------------- track
@@ -189,6 +213,12 @@ def track(ctx: RunContext, kind: str = "train", parent_run_id: str | None = None
     writer.log_params(params)
     writer.set_tags({"storage": ctx.storage.uri(), "resumed": resumed})
     writer.close(timeout_s=30)
+    if ctx.bundle is not None:  # the run page's Datasets panel: source URI, schema, digest, row count
+        try:
+            backend.log_dataset(spec, vars(source_of(ctx.bundle, ctx.cfg.data.name)))
+        except Exception as e:  # noqa: BLE001 - a missing dataset entry must not stop a run
+            log.warning("could not record the dataset input: %s", e)
+    timeline.mark("mlflow run")
     return replace(ctx, tracking=spec)
 
 
@@ -199,6 +229,38 @@ def _spool_path(ctx: RunContext) -> Path:
 
 
 def prepare(config_path: str | None, overrides: list[str], resume: str | None = None,
-            address: str | None = None) -> RunContext:
-    """:func:`plan`, :func:`connect` and :func:`track`: everything before ``fit``."""
-    return track(connect(plan(config_path, overrides, resume), address))
+            address: str | None = None, launched: float | None = None) -> RunContext:
+    """:func:`plan`, :func:`connect` and :func:`track`: everything before ``fit``.
+
+    The tracking store is opened (MLflow imported, a sqlite store created) in a thread while the data is built
+    and Ray starts; :func:`track` then only creates the run. A failure there is left for :func:`track` to report.
+    """
+    ctx = plan(config_path, overrides, resume, launched=launched)
+    warm = _open_store_in_background(ctx)
+    ctx = connect(ctx, address)
+    if warm is not None:
+        warm.join(timeout=STORE_WARMUP_WAIT_S)
+    return track(ctx)
+
+
+STORE_WARMUP_WAIT_S = 60.0  # then track() opens the store itself, with its own bounded checks
+
+
+def _open_store_in_background(ctx: RunContext) -> threading.Thread | None:
+    t = ctx.cfg.tracking
+    if not t.enabled:
+        return None
+
+    def open_store() -> None:
+        try:
+            backend = tracking_backend(ctx)
+            backend.check()
+            prepare_store = getattr(backend, "prepare_store", None)
+            if prepare_store is not None:
+                prepare_store(t.experiment)
+        except Exception:  # noqa: BLE001 - track() repeats this and reports what is wrong
+            pass
+
+    thread = threading.Thread(target=open_store, name="elastic-train-open-store", daemon=True)
+    thread.start()
+    return thread

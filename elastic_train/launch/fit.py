@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from elastic_train.data import DataBundle, TensorSet
+from elastic_train.launch import timeline
 from elastic_train.launch.context import RunContext
 from tracking import backend_for
 
@@ -21,11 +23,14 @@ class Outcome:
     book: dict[str, Any] | None  # the goodput book from the run's ledger
     status: str  # FINISHED | FAILED | KILLED
     already_complete: dict[str, Any] | None = None  # {"checkpoint", "meta"}: nothing was left to train
+    ended: float | None = None  # unix time training returned (teardown follows)
 
 
-def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None) -> Outcome:
+def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None,
+        start_from: str | None = None) -> Outcome:
     """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``data_ref``: the
-    dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put."""
+    dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put.
+    ``start_from``: another run's checkpoint the workers continue while this run has none of its own (PBT)."""
     import ray
 
     from elastic_train.launch.ledger import create_ledger
@@ -33,7 +38,9 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
 
     latest = ctx.storage.latest_checkpoint()
     if latest and _budget_spent(ctx, latest[1].get("progress", {})):
-        return Outcome(None, None, None, "FINISHED", already_complete={"checkpoint": latest[0], "meta": latest[1]})
+        timeline.mark("checkpoint check")
+        return Outcome(None, None, None, "FINISHED", already_complete={"checkpoint": latest[0], "meta": latest[1]},
+                       ended=time.time())
     ctx.storage.save_config(ctx.cfg.model_dump(mode="json"))
     cbs = list(callbacks or []) + _tracking_callbacks(ctx)
     log_floor = (
@@ -41,15 +48,19 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     )
     ledger = create_ledger()
     trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs,
-                            data_ref=data_ref if data_ref is not None else share_data(ctx.bundle))
+                            data_ref=data_ref if data_ref is not None else share_data(ctx.bundle),
+                            start_from=start_from)
+    timeline.mark("trainer start")
     result, error, status = _run(trainer)
+    ended = time.time()
+    timeline.mark("fit")
     book = None
     try:
         book = ray.get(ledger.get.remote(), timeout=10)
     except Exception:  # noqa: BLE001 - the ledger is accounting only
         pass
     ray.kill(ledger)  # done: nothing else may hold it (the controller's copy of the handle is a borrow)
-    return Outcome(result, error, book, status)
+    return Outcome(result, error, book, status, ended=ended)
 
 
 def _budget_spent(ctx: RunContext, progress: dict[str, Any]) -> bool:

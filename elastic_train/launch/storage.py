@@ -93,6 +93,11 @@ class RunStorage:
     def has_checkpoints(self) -> bool:
         return self._info(SNAPSHOT_FILE).type == pyarrow.fs.FileType.File or bool(self.checkpoints())
 
+    def clear(self) -> None:
+        """Remove the run's folder (checkpoints and Ray Train's snapshot): the next fit starts it afresh."""
+        if self.exists():
+            self.fs.delete_dir(self.root)
+
     def read_text(self, rel: str) -> str | None:
         if self._info(rel).type != pyarrow.fs.FileType.File:
             return None

@@ -6,9 +6,11 @@ import time
 from typing import Any
 
 from elastic_train.data import as_numpy_example
+from elastic_train.launch import timeline
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.fit import Outcome
 from elastic_train.launch.storage import checkpoint_uri
+from elastic_train.train.goodput import wall_parts
 from tracking import TrackingSpec, backend_for
 
 
@@ -25,7 +27,8 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         checkpoint = checkpoint_uri(ctx.storage_path, res.checkpoint.path) if has_checkpoint else None
     book = outcome.book or {}
     totals = book.get("totals") or {}
-    first = m.get("first_step_unix") or book.get("first_step_unix")
+    # this driver's first step only (an already-complete run's checkpoint holds an earlier driver's)
+    first = book.get("first_step_unix") or (None if outcome.already_complete else m.get("first_step_unix"))
     summary: dict[str, Any] = {
         "status": outcome.status,
         "run_name": ctx.run_name,
@@ -41,9 +44,11 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         "tracking_uri": spec.uri if spec else None,
         "samples_per_second": m.get("samples_per_second"),
         "samples_per_second_median": m.get("samples_per_second_median"),
-        "time_to_first_step_s": (first - ctx.started) if first else None,
+        "time_to_first_step_s": (first - ctx.started) if first and first >= ctx.started else None,
+        "first_step_unix": first if first and first >= ctx.started else None,
         "wall_s": time.time() - ctx.started,
-        "goodput": m.get("goodput") or totals,
+        "goodput": {},  # account() fills it: this driver's wall in parts
+        "goodput_run": m.get("goodput") or totals,  # the run's book, cumulative over restarts and resumes
         "tracking_unsent": m.get("tracking_unsent", 0),
         "tracking_spool": m.get("tracking_spool"),
     }
@@ -58,7 +63,68 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         )
     if outcome.already_complete:
         summary["note"] = "already complete; nothing to train"
+    account(ctx, outcome, summary)
     return summary
+
+
+def account(ctx: RunContext, outcome: Outcome, summary: dict[str, Any]) -> None:
+    """Fill ``wall_s``, ``goodput`` (the wall in named parts, DESIGN invariant 9), ``startup`` and ``teardown``
+    (phases and seconds) in ``summary``, as of now. Called again at the end of :func:`finish`."""
+    ended = time.time()
+    parts = wall_parts(ctx.started, ended, outcome.book, outcome.ended)
+    run = summary.get("goodput_run") or {}
+    book = outcome.book or {}
+    base = book.get("driver_base") or {}
+    for key in ("restarts", "recomputed_steps"):  # this driver's; the run's are in goodput_run
+        parts[key] = max(0, int(run.get(key, 0)) - int(base.get(key, run.get(key, 0))))
+    summary["wall_s"] = parts["wall_s"]
+    summary["goodput"] = parts
+    summary["startup"] = startup_phases(ctx, outcome, parts)
+    summary["teardown"] = teardown_phases(ctx, outcome, parts, ended)
+
+
+def _timeline_for(ctx: RunContext) -> timeline.Timeline | None:
+    tl = timeline.current()
+    return tl if tl is not None and tl.launched == ctx.started else None
+
+
+def startup_phases(ctx: RunContext, outcome: Outcome, parts: dict[str, float]) -> dict[str, float]:
+    """Launch to the training loop's start, by phase (they add up to ``goodput.startup_s``)."""
+    tl, loop = _timeline_for(ctx), (outcome.book or {}).get("loop_started_unix")
+    if tl is None:
+        return {"launch -> training loop": parts["startup_s"]}
+    out = dict(tl.phases(until="trainer start" if loop else None))
+    if loop and tl.at("trainer start") is not None:
+        out["workers start -> training loop"] = max(0.0, loop - tl.at("trainer start"))
+    return {k: v for k, v in out.items() if k not in ("fit",)} if loop else _before_teardown(out)
+
+
+def _before_teardown(phases: dict[str, float]) -> dict[str, float]:
+    """Nothing trained: the phases up to training's end are all startup."""
+    out: dict[str, float] = {}
+    for name, secs in phases.items():
+        out[name] = secs
+        if name in ("fit", "checkpoint check"):
+            break
+    return out
+
+
+def teardown_phases(ctx: RunContext, outcome: Outcome, parts: dict[str, float], ended: float) -> dict[str, float]:
+    """Training's last sign of life to now, by phase (they add up to ``goodput.teardown_s``)."""
+    book, tl = outcome.book or {}, _timeline_for(ctx)
+    out: dict[str, float] = {}
+    last = book.get("last_time") if book.get("loop_started_unix") else None
+    if outcome.ended is None:
+        return {"teardown": parts["teardown_s"]}
+    if last is not None:
+        out["workers stop"] = max(0.0, outcome.ended - last)
+    since = next((n for n in ("fit", "checkpoint check") if tl is not None and tl.at(n) is not None), None)
+    if tl is not None and since is not None:
+        out.update(tl.phases(since=since))
+        out["summary"] = max(0.0, ended - tl.last)
+    else:
+        out["final model + tracking"] = max(0.0, ended - outcome.ended)
+    return out
 
 
 def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model: bool = True) -> None:
@@ -69,9 +135,8 @@ def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model
     backend = backend_for(spec, ctx.home)
     writer = backend.writer(spec)
     final = {f"final_{k}": v for k, v in summary["final_metrics"].items() if isinstance(v, int | float)}
-    goodput = {f"goodput_{k}": v for k, v in (summary.get("goodput") or {}).items() if isinstance(v, int | float)}
     step = summary.get("steps") or 0
-    writer.log_metrics({**final, **goodput, "restarts": summary["restarts"]}, step=step)
+    writer.log_metrics({**final, "restarts": summary["restarts"]}, step=step)
     writer.set_tags({"world_sizes": summary["world_sizes"], "status_detail": summary.get("error", "ok")})
     if log_model and outcome.status == "FINISHED" and summary.get("checkpoint") and not outcome.already_complete:
         try:
@@ -85,6 +150,9 @@ def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model
                 summary.update(log_samples(ctx, spec, summary["checkpoint"]))
             except Exception as e:  # noqa: BLE001 - as for the model: reported, not fatal
                 summary["samples_error"] = f"{type(e).__name__}: {e}"
+    account(ctx, outcome, summary)  # the model upload is teardown: count it (the flush below is not in MLflow's copy)
+    goodput = {f"goodput_{k}": v for k, v in (summary.get("goodput") or {}).items() if isinstance(v, int | float)}
+    writer.log_metrics(goodput, step=step)
     leftover = writer.close(timeout_s=60)
     if leftover["unsent"]:
         summary["tracking_unsent"] = summary.get("tracking_unsent", 0) + leftover["unsent"]
@@ -93,6 +161,8 @@ def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model
         backend.end_run(spec, outcome.status)
     except Exception as e:  # noqa: BLE001
         summary["tracking_error"] = f"could not set the run status: {e}"
+    timeline.mark("final model + tracking")
+    account(ctx, outcome, summary)
 
 
 def log_checkpoint_model(ctx: RunContext, spec: TrackingSpec, checkpoint_uri: str) -> dict[str, Any]:
@@ -124,7 +194,9 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("samples/s (steady)", _fmt(summary["samples_per_second"], ",.0f")),
         ("time to first step", _fmt(summary["time_to_first_step_s"], ".1f", " s")),
         ("wall", _fmt(summary["wall_s"], ".1f", " s")),
-        ("goodput", _fmt((summary.get("goodput") or {}).get("goodput_ratio"), ".1%")),
+        ("goodput", _goodput_text(summary.get("goodput") or {})),
+        ("startup", _phases_text(summary.get("startup") or {})),
+        ("teardown", _phases_text(summary.get("teardown") or {})),
         ("checkpoint", summary["checkpoint"] or "-"),
         (
             "tracking run",
@@ -140,6 +212,21 @@ def render_summary(summary: dict[str, Any]) -> str:
         rows.append(("error", summary["error"]))
     width = max(len(k) for k, _ in rows)
     return "\n".join(["=" * 72, *(f"{k:<{width}}  {v}" for k, v in rows), "=" * 72])
+
+
+def _goodput_text(g: dict[str, Any]) -> str:
+    """``71.2% productive of 52.0 s: startup 12.1, checkpoint 0.4, eval 0.2, ...`` (non-zero parts only)."""
+    if not g:
+        return "-"
+    names = {"startup_s": "startup", "productive_s": "steps", "checkpoint_s": "checkpoint", "eval_s": "eval",
+             "restart_lost_s": "restart lost", "teardown_s": "teardown", "other_s": "other"}
+    parts = ", ".join(f"{label} {g[k]:.1f}" for k, label in names.items() if g.get(k, 0) >= 0.05)
+    return f"{g.get('goodput_ratio', 0):.1%} of {g.get('wall_s', 0):.1f} s wall ({parts} s)"
+
+
+def _phases_text(phases: dict[str, float]) -> str:
+    shown = [(k, v) for k, v in phases.items() if v >= 0.05]
+    return ", ".join(f"{k} {v:.1f}" for k, v in shown) + " s" if shown else "-"
 
 
 def _fmt(v: Any, spec: str = ".4f", unit: str = "") -> str:

@@ -31,6 +31,7 @@ def build_trainer(
     log_floor: int = -1,
     callbacks: list[Any] | None = None,
     data_ref: Any | None = None,
+    start_from: str | None = None,
 ) -> TorchTrainer:
     """The TorchTrainer for ``ctx``: elastic scaling, failure budget, checkpoint retention, async upload."""
     cfg, run_name, storage_path, use_gpu, tracking = ctx.cfg, ctx.run_name, ctx.storage_path, ctx.use_gpu, ctx.tracking
@@ -49,6 +50,8 @@ def build_trainer(
         fault=ctx.fault,
         progress_bars=sys.stdout.isatty(),
         data_ref=data_ref,
+        launched=ctx.started,
+        start_from=start_from,
     )
     env_vars = dict(tracking.env) if tracking else {}
     return TorchTrainer(

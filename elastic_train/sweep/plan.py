@@ -88,6 +88,8 @@ def validate_sweep(cfg: JobConfig) -> None:
         raise ConfigError("sweep.search", "optuna", "optuna is not installed: pip install 'elastic-train[optuna]'")
     if s.scheduler == "asha" and s.grace_period > cfg.train.epochs:
         raise ConfigError("sweep.grace_period", s.grace_period, f"longer than train.epochs={cfg.train.epochs}")
+    if s.scheduler == "pbt":
+        validate_pbt(cfg)
     known = config_mod.leaf_keys()
     for key, dist in s.space.items():
         if key not in known:
@@ -97,9 +99,9 @@ def validate_sweep(cfg: JobConfig) -> None:
             )
         if key.startswith(UNSWEEPABLE):
             raise ConfigError("sweep.space", key, "cannot be swept (it names the sweep, its storage or tracking)")
-        if key == "train.epochs" and s.scheduler == "asha":
+        if key == "train.epochs" and s.scheduler in ("asha", "pbt"):
             raise ConfigError(
-                "sweep.space", key, "asha's budget is train.epochs; do not sweep it (or use scheduler=none)"
+                "sweep.space", key, f"{s.scheduler}'s budget is train.epochs; do not sweep it (or use scheduler=none)"
             )
         if s.search == "grid" and dist.type not in ("choice", "grid"):
             raise ConfigError(f"sweep.space.{key}", dist.type, "search=grid needs choice or grid values")
@@ -111,6 +113,31 @@ def validate_sweep(cfg: JobConfig) -> None:
             except ConfigError as e:
                 reason = e.reason if e.field == key else f"{e.field}={e.value!r}: {e.reason}"
                 raise ConfigError(f"sweep.space.{key}", value, reason) from None
+
+
+PBT_KEYS = ("train.lr", "train.global_batch_size")
+
+
+def validate_pbt(cfg: JobConfig) -> None:
+    """What population-based training needs: a cadence inside the budget, checkpoints at epoch ends (a clone
+    continues the donor's latest), Tune's own trial generator, and only keys a clone can take over mid-run."""
+    s, c = cfg.sweep, cfg.checkpoint
+    if s.perturbation_interval > cfg.train.epochs:
+        raise ConfigError("sweep.perturbation_interval", s.perturbation_interval,
+                          f"longer than train.epochs={cfg.train.epochs}: no trial would ever be perturbed")
+    if s.search == "optuna":
+        raise ConfigError("sweep.search", "optuna", "pbt draws and perturbs the values itself; use random or grid")
+    if not c.at_epoch_end:
+        raise ConfigError("checkpoint.at_epoch_end", False, "pbt clones a trial at its epoch-end checkpoints")
+    for key in s.space:
+        if key not in PBT_KEYS:
+            raise ConfigError("sweep.space", key, f"pbt perturbs {' and '.join(PBT_KEYS)} only (a clone keeps "
+                              "the donor's model and optimizer); sweep it with scheduler=asha or none")
+    if "train.global_batch_size" in s.space and (c.every_steps or c.every_seconds):
+        field, value = ("checkpoint.every_steps", c.every_steps) if c.every_steps else (
+            "checkpoint.every_seconds", c.every_seconds)
+        raise ConfigError(field, value, "pbt perturbs train.global_batch_size: checkpoint at epoch ends only "
+                          "(null), so a clone never changes its batch mid-epoch")
 
 
 def probe_values(dist: Distribution) -> list[Any]:

@@ -15,6 +15,7 @@ Layout under ``checkpoint.storage_path``::
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, replace
@@ -62,10 +63,31 @@ def make_scheduler(cfg: JobConfig) -> Any | None:
     by the scheduler at their last report (stop_last_trials=False): their final checkpoint and MLflow run close."""
     if cfg.sweep.scheduler == "none":
         return None
+    if cfg.sweep.scheduler == "pbt":
+        return make_pbt(cfg)
     from ray.tune.schedulers import ASHAScheduler
 
     return ASHAScheduler(time_attr="epoch", max_t=cfg.train.epochs, grace_period=cfg.sweep.grace_period,
                          reduction_factor=cfg.sweep.reduction_factor, stop_last_trials=False)
+
+
+def pbt_mutations(cfg: JobConfig) -> dict[str, Any]:
+    """PBT's explore step per swept key: a continuous range is resampled from its distribution (or the value
+    scaled by 0.8 / 1.2), a choice moves to a neighbouring value."""
+    space = tune_space(cfg.model_copy(update={"sweep": cfg.sweep.model_copy(update={"search": "random"})}))
+    return {k: list(d.values or []) if d.type in ("choice", "grid") else space[k] for k, d in cfg.sweep.space.items()}
+
+
+def make_pbt(cfg: JobConfig) -> Any:
+    """Population-based training on completed epochs: every ``perturbation_interval`` epochs a trial in the
+    bottom ``quantile_fraction`` continues from a top trial's latest checkpoint with perturbed values
+    (:func:`run_trial` turns Tune's restart from the donor's checkpoint into a continuation of its state)."""
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    s = cfg.sweep
+    return PopulationBasedTraining(time_attr="epoch", perturbation_interval=s.perturbation_interval,
+                                   hyperparam_mutations=pbt_mutations(cfg), quantile_fraction=s.quantile_fraction,
+                                   resample_probability=s.resample_probability, synch=False)
 
 
 def make_search(cfg: JobConfig) -> Any | None:
@@ -110,6 +132,8 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
                 metric=s.metric, mode=s.mode, num_samples=s.num_samples, max_concurrent_trials=limit,
                 scheduler=make_scheduler(plan.cfg), search_alg=make_search(plan.cfg),
                 trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname,
+                # A stopped or exploited trial's process ends, and with it the Ray Train run it owned.
+                reuse_actors=False,
             ),
             run_config=tune.RunConfig(
                 name=plan.name, storage_path=plan.ctx.storage_path,
@@ -159,6 +183,9 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
 
     trial_id = tune.get_context().get_trial_id()
     parent = trial.sweep.tracking
+    donor = donor_checkpoint(tune.get_checkpoint(), trial_run_name(trial_id))
+    if donor is not None:  # PBT cloned a stronger trial into this one: its own past is replaced
+        RunStorage(trial.sweep_dir, trial_run_name(trial_id)).clear()
     ctx = trial_context(trial.sweep, trial.sweep_dir, overrides, trial_run_name(trial_id))
     ctx = context.track(ctx, kind="trial", parent_run_id=parent.run_id if parent else None)
     data_ref = trial.data_ref if ctx.bundle is None else None  # None: the trial built its own data
@@ -166,8 +193,18 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
         writer = backend_for(ctx.tracking, ctx.home).writer(ctx.tracking)
         writer.set_tags({"trial_id": trial_id, **{f"sweep.{k}": v for k, v in overrides.items()},
                          "data_object": data_ref.hex() if data_ref is not None else "own"})
+        # The hyperparameter schedule as metrics: each life of the trial logs its values at its first step.
+        writer.log_metrics({f"hp.{k}": float(v) for k, v in overrides.items() if isinstance(v, int | float)},
+                           step=donor[1]["progress"]["global_step"] if donor else 0)
         writer.close(timeout_s=30)
-    outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref)
+    start_from = donor[0] if donor else None
+    if ctx.cfg.sweep.scheduler == "pbt":  # Tune must hold the trial's checkpoints to clone it (relay.py)
+        from elastic_train.sweep.relay import fit_reporting_checkpoints
+
+        outcome = fit_reporting_checkpoints(
+            lambda callbacks: fit(ctx, callbacks=callbacks, data_ref=data_ref, start_from=start_from))
+    else:
+        outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref, start_from=start_from)
     if outcome.already_complete:  # a restored sweep re-ran a trial whose training had already ended
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})
@@ -177,12 +214,29 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
         raise TrialFailed(f"{ctx.run_name} {outcome.status}: {summary.get('error', '')}")
 
 
+def donor_checkpoint(checkpoint: Any | None, run_name: str) -> tuple[str, dict[str, Any]] | None:
+    """``(path, meta)`` when Tune restarts this trial from another trial's checkpoint (a PBT exploit); None when
+    it has none or it is the trial's own (a restored sweep: Ray Train resumes the trial's own run)."""
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as d:
+        meta_file = Path(d) / "meta.json"
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    if not meta or meta.get("run_name") == run_name:
+        return None
+    return checkpoint.path, meta
+
+
 def trial_context(sweep: RunContext, sweep_dir: str, overrides: dict[str, Any], run_name: str) -> RunContext:
     """The sweep's context for one trial: its config, name and storage; the data rebuilt only when the trial
-    changed a data key or the seed."""
+    changed a data key or the seed. A data trace (``data.trace_path``) goes to a file per trial."""
+    trace = sweep.cfg.data.trace_path if "data.trace_path" not in overrides else overrides["data.trace_path"]
+    if trace:
+        overrides = {**overrides, "data.trace_path": f"{trace}.{run_name}"}
     cfg = config_mod.with_overrides(sweep.cfg, {**overrides, "name": run_name})
     bundle, cluster = sweep.bundle, sweep.cluster
-    if cfg.data != sweep.cfg.data or cfg.seed != sweep.cfg.seed:
+    if cfg.data.model_copy(update={"trace_path": None}) != sweep.cfg.data.model_copy(update={"trace_path": None}) \
+            or cfg.seed != sweep.cfg.seed:
         from elastic_train.data import describe
         from elastic_train.launch.preflight import check_static
 

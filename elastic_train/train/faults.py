@@ -1,29 +1,143 @@
-"""Test-only fault injection: ``$ELASTIC_TRAIN_FAULT`` makes a worker die or dawdle at a chosen step.
+"""Test-only fault injection: ``$ELASTIC_TRAIN_FAULT`` makes workers die, raise or dawdle at chosen steps.
 
-Used by the recovery tests and the README's failure rehearsal. No Ray, no MLflow.
+Used by the recovery tests, the fault campaign (``bench/chaos.py``) and the failure rehearsal in docs/faults.md.
+The driver parses the spec once (:meth:`FaultPlan.parse`: a malformed one is a ConfigError, exit 2) and hands
+the string to every worker. No Ray, no MLflow.
+
+Syntax: faults separated by ``;``, each a comma-separated ``key=value`` list::
+
+    step=7,rank=1,mode=exit,marker=/tmp/f1 ; step=9,mode=raise ; step=12,mode=save ; delay=0.1 ; markers=/tmp/run1
+
+* ``step=K`` (required for a fault): the global optimizer step it fires at (``mode=save``: the first checkpoint
+  at step >= K).
+* ``rank=R`` (default 0): the worker that fails. A rank the current world size lacks never fires.
+* ``mode``: ``exit`` (default; ``os._exit(1)``, as a lost process), ``raise`` (a RuntimeError out of the
+  training function), ``save`` (``os._exit(1)`` during a checkpoint save: this rank's part is written, nothing
+  is reported, so the run resumes from the checkpoint before).
+* ``marker=PATH``: fire once per marker file (it is created when the fault fires, with a JSON record: step,
+  rank, mode, unix time, pid). ``markers=DIR`` (anywhere) gives every fault without one ``DIR/fault-<i>.json``.
+  Without a marker a fault fires every time its step is reached (a restart from before it fires it again).
+* ``delay=SECONDS`` (anywhere): every rank pauses this long after each step, to stretch a short run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-FAULT_ENV = "ELASTIC_TRAIN_FAULT"  # e.g. "step=7,rank=1,marker=/tmp/f,mode=exit" (see FaultHook)
+from elastic_train.errors import ConfigError
+
+FAULT_ENV = "ELASTIC_TRAIN_FAULT"
+MODES = ("exit", "raise", "save")
+_FAULT_KEYS = {"step", "rank", "mode", "marker"}
+_GLOBAL_KEYS = {"delay", "markers"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One scheduled fault."""
+
+    step: int
+    rank: int = 0
+    mode: str = "exit"
+    marker: str | None = None
+
+    def fired(self) -> bool:
+        return bool(self.marker) and os.path.exists(self.marker)
+
+    def record(self, global_step: int) -> None:
+        """Create the marker (atomically, so a reader never sees half a record)."""
+        if not self.marker:
+            return
+        path = Path(self.marker)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"step": global_step, "scheduled_step": self.step, "rank": self.rank,
+                                   "mode": self.mode, "unix": time.time(), "pid": os.getpid()}))
+        os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Every fault of a spec, and the per-step delay."""
+
+    faults: tuple[Fault, ...] = ()
+    delay: float = 0.0
+    markers: str | None = None  # also where workers note their restart phases (FaultHook.note)
+
+    @classmethod
+    def parse(cls, spec: str | None) -> FaultPlan:
+        """Parse ``spec`` (see the module docstring); ConfigError naming ``ELASTIC_TRAIN_FAULT`` when malformed."""
+        if not spec or not spec.strip():
+            return cls()
+        entries = [_entry(spec, part) for part in spec.split(";") if part.strip()]
+        merged: dict[str, str] = {}
+        for entry in entries:
+            merged.update({k: v for k, v in entry.items() if k in _GLOBAL_KEYS})
+        delay = _number(spec, "delay", merged.get("delay", "0"), float)
+        if delay < 0:
+            raise ConfigError(FAULT_ENV, spec, f"delay={merged['delay']}: must be >= 0")
+        faults = []
+        for i, entry in enumerate(e for e in entries if _FAULT_KEYS & e.keys()):
+            faults.append(_fault(spec, entry, i, merged.get("markers")))
+        return cls(tuple(faults), delay, merged.get("markers"))
+
+    def for_rank(self, rank: int) -> FaultPlan:
+        return FaultPlan(tuple(f for f in self.faults if f.rank == rank), self.delay, self.markers)
+
+
+def _entry(spec: str, part: str) -> dict[str, str]:
+    entry: dict[str, str] = {}
+    for kv in part.split(","):
+        kv = kv.strip()
+        if not kv:
+            continue
+        key, sep, value = kv.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
+            raise ConfigError(FAULT_ENV, spec, f"{kv!r}: write key=value (keys: step, rank, mode, marker, "
+                                               "markers, delay; faults separated by ';')")
+        if key not in _FAULT_KEYS | _GLOBAL_KEYS:
+            raise ConfigError(FAULT_ENV, spec, f"unknown key {key!r} (keys: step, rank, mode, marker, markers, "
+                                               "delay)")
+        entry[key] = value
+    return entry
+
+
+def _fault(spec: str, entry: dict[str, str], index: int, markers: str | None) -> Fault:
+    if "step" not in entry:
+        raise ConfigError(FAULT_ENV, spec, f"fault {index + 1} has no step=K")
+    step = _number(spec, "step", entry["step"], int)
+    rank = _number(spec, "rank", entry.get("rank", "0"), int)
+    if step < 1 or rank < 0:
+        raise ConfigError(FAULT_ENV, spec, f"fault {index + 1}: step must be >= 1 and rank >= 0")
+    mode = entry.get("mode", "exit")
+    if mode not in MODES:
+        raise ConfigError(FAULT_ENV, spec, f"mode={mode}: one of {', '.join(MODES)}")
+    marker = entry.get("marker") or (str(Path(markers) / f"fault-{index}.json") if markers else None)
+    return Fault(step, rank, mode, marker)
+
+
+def _number(spec: str, key: str, value: str, kind: type) -> int | float:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(FAULT_ENV, spec, f"{key}={value}: not a{'n integer' if kind is int else ' number'}") \
+            from None
 
 
 class FaultHook:
-    """Test-only hooks from ``$ELASTIC_TRAIN_FAULT`` (comma-separated ``key=value``):
+    """One rank's faults, checked after every optimizer step (:meth:`maybe_fire`) and inside every checkpoint
+    save (:meth:`maybe_fire_save`)."""
 
-    * ``step=K,rank=R,marker=PATH,mode=exit|raise`` -- at global step K, rank R dies once per marker file:
-      ``exit`` kills the process outright (as a lost node would), ``raise`` throws from the training function.
-    * ``delay=SECONDS`` -- every rank pauses this long after each step, to stretch a short run while a test
-      removes and adds nodes.
-    """
-
-    def __init__(self, step: int | None = None, marker: str | None = None, mode: str = "exit", delay: float = 0.0):
-        self.step, self.marker, self.mode, self.delay = step, marker, mode, delay
+    def __init__(self, plan: FaultPlan | None = None, rank: int = 0):
+        self.plan = plan or FaultPlan()
+        self.delay = self.plan.delay
+        self.rank = rank
 
     @classmethod
     def from_env(cls, rank: int, spec: str | None = None, environ: Mapping[str, str] = os.environ) -> FaultHook:
@@ -33,23 +147,35 @@ class FaultHook:
 
     @classmethod
     def parse(cls, spec: str | None, rank: int) -> FaultHook:
-        if not spec:
-            return cls()
-        parts = dict(kv.split("=", 1) for kv in spec.split(",") if "=" in kv)
-        delay = float(parts.get("delay", 0.0))
-        if "step" not in parts or int(parts.get("rank", 0)) != rank:
-            return cls(delay=delay)
-        return cls(int(parts["step"]), parts.get("marker"), parts.get("mode", "exit"), delay)
+        return cls(FaultPlan.parse(spec).for_rank(rank), rank)
+
+    def note(self, event: str, **fields: float | int | str | None) -> None:
+        """With ``markers=DIR``: append this worker's restart phase ``event`` (``entered``, ``built``, ``restored``,
+        ``first_step``) with its unix time to ``DIR/phases.rank<R>.jsonl``, for bench/chaos.py and
+        bench/recovery.py. A no-op otherwise."""
+        if not self.plan.markers:
+            return
+        os.makedirs(self.plan.markers, exist_ok=True)
+        record = {"event": event, "unix": time.time(), "pid": os.getpid(), "rank": self.rank, **fields}
+        with open(Path(self.plan.markers) / f"phases.rank{self.rank}.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
 
     def maybe_fire(self, global_step: int) -> None:
         if self.delay:
             time.sleep(self.delay)
-        if self.step is None or global_step != self.step:
-            return
-        if self.marker:
-            if os.path.exists(self.marker):
-                return
-            Path(self.marker).write_text(str(global_step))
-        if self.mode == "raise":
+        for fault in self.plan.faults:
+            if fault.mode != "save" and fault.step == global_step and not fault.fired():
+                self._fire(fault, global_step)
+
+    def maybe_fire_save(self, global_step: int) -> None:
+        """Called between writing this rank's checkpoint part and reporting it."""
+        for fault in self.plan.faults:
+            if fault.mode == "save" and global_step >= fault.step and not fault.fired():
+                self._fire(fault, global_step)
+
+    @staticmethod
+    def _fire(fault: Fault, global_step: int) -> None:
+        fault.record(global_step)
+        if fault.mode == "raise":
             raise RuntimeError(f"injected fault at step {global_step}")
         os._exit(1)

@@ -5,6 +5,12 @@ that outlives worker groups). When a worker group restarts, the new rank 0 reads
 charges the failure: the time from the last heartbeat before it to the first step after it, and the steps
 (and their time) done after the restored checkpoint, which must now be recomputed.
 
+The book's totals are the run's, cumulative over job resumes (they travel in every checkpoint).
+:func:`wall_parts` turns one driver's book into named parts of *that driver's* wall, from its launch to its
+end, which add up to it (DESIGN invariant 9): startup (launch to the first training loop), productive steps,
+checkpoint saves, validation, restart/recompute lost, teardown (after training's last sign of life), and what
+falls between them (``other_s``, a few milliseconds per log interval).
+
 :class:`GoodputReporter` is the book together with its ledger; the ledger is any object with ``put`` and
 ``get`` (worker.py wraps the Ray actor handle), so nothing here imports Ray.
 """
@@ -28,8 +34,11 @@ class GoodputBook:
     last_time: float = 0.0  # wall time (unix) of the last heartbeat
     logged_step: int = -1  # highest step whose metrics were sent to tracking
     first_step_unix: float | None = None
-    pending_failure_since: float | None = None  # set at a restart until its first step completes
+    pending_failure_since: float | None = None  # set at a restart until its training loop starts
     attempt_started: float = 0.0
+    launched: float | None = None  # unix time the driver was launched (its wall and startup count from here)
+    loop_started_unix: float | None = None  # the first training loop's start in this driver
+    driver_base: Goodput | None = None  # totals as this driver found them (a resumed job carries earlier ones)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,6 +47,8 @@ class GoodputBook:
     def from_dict(cls, d: dict[str, Any]) -> GoodputBook:
         d = dict(d)
         d["totals"] = Goodput(**d["totals"])
+        if d.get("driver_base") is not None:
+            d["driver_base"] = Goodput(**d["driver_base"])
         return cls(**d)
 
     # --------------------------------------------------------------------------------- events
@@ -72,6 +83,8 @@ class GoodputBook:
                 self.totals.productive_s -= wasted
                 self.totals.restart_lost_s += wasted
             self.pending_failure_since = self.last_time or now
+        if first_in_driver:
+            self.driver_base = Goodput(**asdict(self.totals))
         if self.world_sizes and self.world_sizes[-1] != world_size:
             event["previous_world_size"] = self.world_sizes[-1]
         if not self.world_sizes or self.world_sizes[-1] != world_size:
@@ -79,19 +92,59 @@ class GoodputBook:
         event["restarts"] = self.totals.restarts
         return event
 
-    def first_step_done(self, now: float) -> None:
-        if self.first_step_unix is None:
-            self.first_step_unix = now
-            self.totals.startup_s += now - self.attempt_started
+    def loop_started(self, now: float) -> None:
+        """The training loop starts (its steps count as productive from here): startup or a restart ends."""
+        if self.loop_started_unix is None:
+            self.loop_started_unix = now
+            self.totals.startup_s += max(0.0, now - (self.launched or self.attempt_started))
         if self.pending_failure_since is not None:
-            self.totals.restart_lost_s += now - self.pending_failure_since
+            self.totals.restart_lost_s += max(0.0, now - self.pending_failure_since)
             self.pending_failure_since = None
         self.last_time = now
 
-    def heartbeat(self, now: float, global_step: int, productive_s: float, checkpoint_s: float) -> None:
+    def first_step_done(self, now: float) -> None:
+        if self.first_step_unix is None:
+            self.first_step_unix = now
+
+    def heartbeat(
+        self, now: float, global_step: int, productive_s: float, checkpoint_s: float, eval_s: float = 0.0
+    ) -> None:
         self.totals.productive_s += productive_s
         self.totals.checkpoint_s += checkpoint_s
+        self.totals.eval_s += eval_s
         self.last_step, self.last_time = global_step, now
+
+
+WALL_PARTS = ("startup_s", "productive_s", "checkpoint_s", "eval_s", "restart_lost_s", "teardown_s", "other_s")
+
+
+def wall_parts(launched: float, ended: float, book: dict[str, Any] | None, fit_ended: float | None = None
+               ) -> dict[str, float]:
+    """One driver's wall (``launched`` to ``ended``) in named parts that add up to it, and the goodput ratio.
+
+    ``book`` is the driver's final goodput book (None when nothing trained: an already-complete resume, a
+    failure before any worker started); ``fit_ended`` is when training returned (teardown starts there when
+    no loop ran). Counts are this driver's only, whatever the run did before a resume. No part is negative:
+    ``other_s`` (the time between the named parts) is clamped at zero, so the sum matches the wall to within
+    clock noise.
+    """
+    wall = max(0.0, ended - launched)
+    parts = dict.fromkeys(WALL_PARTS, 0.0)
+    b = GoodputBook.from_dict(book) if book else None
+    if b is None or b.loop_started_unix is None:
+        fit_end = min(max(fit_ended if fit_ended is not None else ended, launched), ended)
+        parts["startup_s"], parts["teardown_s"] = fit_end - launched, ended - fit_end
+    else:
+        base = b.driver_base or Goodput()
+        for key in ("productive_s", "checkpoint_s", "eval_s", "restart_lost_s"):
+            parts[key] = max(0.0, getattr(b.totals, key) - getattr(base, key))
+        loop_start = min(max(b.loop_started_unix, launched), ended)
+        parts["startup_s"] = loop_start - launched
+        parts["teardown_s"] = ended - min(max(b.last_time, loop_start), ended)
+    parts["other_s"] = max(0.0, wall - sum(parts.values()))
+    out: dict[str, float] = {"wall_s": wall, **parts}
+    out["goodput_ratio"] = parts["productive_s"] / wall if wall > 0 else 0.0
+    return out
 
 
 class Ledger(Protocol):
@@ -107,9 +160,9 @@ class GoodputReporter:
 
     PUSH_EVERY_S = 0.25
 
-    def __init__(self, ledger: Ledger | None, say: Callable[[str], None]):
-        self.ledger, self.say = ledger, say
-        self.book = GoodputBook()
+    def __init__(self, ledger: Ledger | None, say: Callable[[str], None], launched: float | None = None):
+        self.ledger, self.say, self.launched = ledger, say, launched
+        self.book = GoodputBook(launched=launched)
         self._pushed = float("-inf")
 
     def begin_attempt(
@@ -117,7 +170,7 @@ class GoodputReporter:
     ) -> dict[str, Any]:
         """Read the run's book back (a new one when there is none) and open this attempt in it."""
         previous = self._fetch()
-        self.book = GoodputBook.from_dict(previous) if previous else GoodputBook()
+        self.book = GoodputBook.from_dict(previous) if previous else GoodputBook(launched=self.launched)
         return self.book.begin_attempt(time.time(), world_size, restored_step, restored, restored_sizes)
 
     def push(self, force: bool = False) -> None:

@@ -77,7 +77,9 @@ class Session:
         self.strategy = make_strategy(cfg.scaling.strategy)
         self.throughput = metric_math.Throughput()
         self.restored = False
+        self._eval_s = 0.0
         self._build(record)
+        host.fault.note("built")
 
     def _build(self, record: RunRecord) -> None:
         cfg = self.cfg
@@ -106,6 +108,20 @@ class Session:
         if not same_rng:  # a new world size: derive this rank's RNG from the position, deterministically
             seed_everything(self.cfg.seed * 1000 + self.rank + 7919 * self.state.progress.global_step)
         self.restored = True
+        self.host.fault.note("restored", step=self.state.progress.global_step)
+
+    def adopt(self, record: RunRecord) -> dict[str, Any]:
+        """After :meth:`restore` from another run's checkpoint (a PBT clone): continue its state as this run, with
+        this run's learning rate; this run's accounting starts afresh at the donor's position."""
+        origin = self.state.adopt(self.cfg.train.lr, record)
+        self.restored = False
+        t = self.cfg.train
+        self.console.line(f"cloned from {origin['run_name']} at step {origin['global_step']} (epoch "
+                          f"{origin['epoch']}): lr {t.lr:.4g}, global batch {t.global_batch_size}")
+        self.data.mark({"cloned_from": origin})
+        self.tracker.set_tags({"pbt.cloned_from": origin["run_name"], "pbt.cloned_at_step": origin["global_step"],
+                               "pbt.cloned_at_epoch": origin["epoch"]})
+        return origin
 
     def begin_attempt(self, checkpoint_name: str | None) -> None:
         """Charge the goodput book for this (re)start and announce it: console lines, tags, metrics."""
@@ -145,6 +161,7 @@ class Session:
     # ------------------------------------------------------------------------------ the loop
     def run(self) -> None:
         cfg, p, steps_per_epoch = self.cfg, self.state.progress, self.data.steps_per_epoch
+        self.goodput.book.loop_started(time.time())  # startup (or a restart) ends: steps count from here
         self.window = metric_math.Window(self.device)
         self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line, self.budget)  # clocks start
         first = True
@@ -186,6 +203,7 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.goodput.book.first_step_done(time.time())
+        self.host.fault.note("first_step", step=self.state.progress.global_step)
 
     def _sync_and_log(self) -> dict[str, bool]:
         """All-reduce the window's sums (plus rank 0's control flags); log them; return the flags."""
@@ -229,9 +247,10 @@ class Session:
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
                                                     "batch_plan": self.plan.describe(), "reason": reason})
+        self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0
-        book.heartbeat(time.time(), p.global_step, 0.0, blocked)
+        book.heartbeat(time.time(), p.global_step, 0.0, max(0.0, blocked - self._eval_s), self._eval_s)
         self.goodput.push(force=True)
         self.policy.checkpointed()
         self.window.reset()
@@ -258,9 +277,11 @@ class Session:
         return metrics
 
     def _evaluate(self) -> dict[str, float]:
+        t0 = time.perf_counter()
         batch = eval_batch_size(self.bundle.spec, self.plan.micro_batch_size)
         batches = self.data.val_batches(batch, equal_counts=self.strategy.equal_eval_batches)
         metrics, _ = validate(self.model, batches, self.precision, self.device, self.world, self.bundle.spec)
+        self._eval_s = time.perf_counter() - t0  # goodput: validation's share of the checkpoint's block
         return metrics
 
     def _final_metrics(self) -> dict[str, Any]:

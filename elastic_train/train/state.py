@@ -63,15 +63,16 @@ class Goodput:
     """Where the run's wall time went, cumulative over restarts and job resumes (seconds / steps)."""
 
     productive_s: float = 0.0  # inside training steps (forward, backward, optimizer, data wait)
-    checkpoint_s: float = 0.0  # training blocked on evaluation + checkpoint save + report
+    checkpoint_s: float = 0.0  # training blocked on checkpoint save + report
     restart_lost_s: float = 0.0  # from the last sign of life before a failure to the first step after
     recomputed_steps: int = 0  # steps done after the restored checkpoint and lost in a failure
     restarts: int = 0
-    startup_s: float = 0.0  # first attempt: worker start to first step
+    startup_s: float = 0.0  # each driver: its launch to its first training loop's start
+    eval_s: float = 0.0  # training blocked on validation at checkpoints
 
     def summary(self) -> dict[str, float]:
         out = asdict(self)
-        accounted = self.productive_s + self.checkpoint_s + self.restart_lost_s + self.startup_s
+        accounted = self.productive_s + self.checkpoint_s + self.eval_s + self.restart_lost_s + self.startup_s
         out["goodput_ratio"] = self.productive_s / accounted if accounted > 0 else 0.0
         return out
 
@@ -190,6 +191,22 @@ class TrainState:
         rec = dict(sd["record"])
         rec["goodput"] = Goodput(**rec["goodput"])
         self.record = RunRecord(**rec)
+
+    def adopt(self, lr: float, record: RunRecord) -> dict[str, Any]:
+        """Continue another run's restored state as the run ``record`` names, at learning rate ``lr``
+        (population-based training): model, optimizer moments, schedule position, data position and RNG stay the
+        donor's; the learning rate (the schedule's base) and the run's identity and accounting become this run's.
+        Returns where it came from."""
+        origin = {"run_name": self.record.run_name, "global_step": self.progress.global_step,
+                  "epoch": self.progress.epoch, "step_in_epoch": self.progress.step_in_epoch}
+        step = self.scheduler.last_epoch
+        self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
+        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
+            group["initial_lr"] = lr
+            group["lr"] = lr * factor(step)
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        self.record = record
+        return origin
 
     # ------------------------------------------------------------------------------ save / load
     def save(self, directory: str | Path, rank: int, meta: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,15 +48,22 @@ class WorkerArgs:
     fault: str | None = None
     progress_bars: bool = False  # tqdm_ray bars when the driver writes to a terminal, else plain lines
     data_ref: Any | None = None  # the driver's DataBundle in the object store (skips rebuilding it)
+    launched: float | None = None  # unix time the driver was launched: goodput's startup counts from it
+    start_from: str | None = None  # another run's checkpoint to continue when this run has none (a PBT clone)
 
 
 def train_loop_per_worker(args: dict[str, Any]) -> None:
+    entered = time.time()
     checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
     wargs = WorkerArgs(**args)
+    adopt = checkpoint is None and wargs.start_from is not None
+    if adopt:  # this run has no checkpoint of its own yet: continue the donor's
+        checkpoint = Checkpoint(wargs.start_from)
     cfg = JobConfig.model_validate(wargs.config)
     if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
         _quiet_ray_train_logs()
     host = _host(wargs)
+    host.fault.note("entered", at=entered, process_start=_process_start())
     bundle = ray.get(wargs.data_ref) if wargs.data_ref is not None else build_data(cfg)
     record = RunRecord(run_name=wargs.run_name, mlflow_run_id=wargs.tracking.run_id if wargs.tracking else None)
     session = Session(cfg, host, bundle, config=wargs.config, record=record, log_floor=wargs.log_floor)
@@ -64,11 +72,24 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
     else:
         with checkpoint.as_directory() as d:
             session.restore(d)
-    session.begin_attempt(Path(checkpoint.path).name if checkpoint else None)
+        if adopt:
+            session.adopt(RunRecord(run_name=wargs.run_name, mlflow_run_id=record.mlflow_run_id))
+    session.begin_attempt(Path(checkpoint.path).name if checkpoint and not adopt else None)
     try:
         session.run()
     finally:
         session.close()
+
+
+def _process_start() -> float | None:
+    """This worker process's start (unix time; Linux /proc): the restart phases before our code end here."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):  # not Linux: the phase is folded into the next
+        return None
 
 
 def _host(args: WorkerArgs) -> Host:
@@ -84,7 +105,7 @@ def _host(args: WorkerArgs) -> Host:
     ledger = _RayLedger(args.ledger) if args.ledger is not None and rank == 0 else None
     return Host(
         rank, world, device, console, tracker,
-        goodput=GoodputReporter(ledger, console.line),
+        goodput=GoodputReporter(ledger, console.line, args.launched),
         fault=FaultHook.from_env(rank, args.fault),
         report=_report,
         preemption_info=ray.train.get_preemption_info,

@@ -323,3 +323,40 @@ def test_a_placement_group_outlives_its_killed_creator_until_the_reaper_removes_
     assert placement_group_table()[pg_id]["state"] == "CREATED", "Ray removed it itself: the reaper may go"
     assert pg_id in remove_orphaned_placement_groups()
     wait_for(lambda: placement_group_table()[pg_id]["state"] == "REMOVED", 30, "the group to be removed")
+
+
+def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_session, home):
+    """Two 1-worker trials (lr 1e-2 and 1e-5), 3 epochs, a PBT decision every epoch: the weak trial continues from
+    the strong one's checkpoint. Its trace shows the take-over and its first step after it: the donor's position."""
+    from elastic_train.launch.storage import RunStorage
+
+    trace = home / "trace"
+    summary = run_sweep(home, "pbt", "sweep.search=grid", "sweep.scheduler=pbt", "sweep.perturbation_interval=1",
+                        "sweep.quantile_fraction=0.5", "sweep.resample_probability=0", "train.epochs=3",
+                        "scaling.num_workers=1", "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}",
+                        f"data.trace_path={trace}")
+    assert summary["scheduler"] == "pbt" and {t["status"] for t in summary["trials"]} == {"FINISHED"}
+    kids = {k.data.tags["elastic_train.run_name"]: k for k in children(summary)}
+    clones = [name for name, k in kids.items() if "pbt.cloned_from" in k.data.tags]
+    assert clones, "no exploit happened"
+    clone = clones[0]
+    tags = kids[clone].data.tags
+    donor, at_step = tags["pbt.cloned_from"], int(tags["pbt.cloned_at_step"])
+    assert donor in kids and donor != clone
+    lines = [json.loads(line) for line in Path(f"{trace}.{clone}.rank0").read_text().splitlines()]
+    marks = [i for i, line in enumerate(lines) if "event" in line]
+    assert marks, "the clone's trace has no take-over"
+    origin = lines[marks[-1]]["event"]["cloned_from"]
+    assert (origin["run_name"], origin["global_step"]) == (donor, at_step)
+    first = lines[marks[-1] + 1]  # the clone's first step after the take-over: the donor's next one
+    assert (first["epoch"], first["step"]) == (origin["epoch"], origin["step_in_epoch"])
+    # The donor had a checkpoint at exactly that step (Tune's copy in its trial folder) ...
+    donor_id = donor.removeprefix("trial-")
+    steps = [json.loads(p.read_text())["progress"]["global_step"]
+             for p in (home / "pbt" / f"tune-{donor_id}").glob("checkpoint_*/meta.json")]
+    assert at_step in steps
+    # ... and the clone went on from it to the end, with its own (perturbed) learning rate.
+    run = RunStorage(summary["storage_path"], clone)
+    meta = json.loads(run.read_text(f"{run.checkpoints()[-1]}/meta.json"))
+    assert meta["run_name"] == clone and meta["progress"]["epoch"] == 3 and meta["progress"]["global_step"] > at_step
+    assert "hp.train.lr" in kids[clone].data.metrics

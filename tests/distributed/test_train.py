@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from elastic_train.train.goodput import WALL_PARTS
 from elastic_train.train.state import load_model
 from tests.distributed.conftest import run_job
 
@@ -24,8 +25,25 @@ def runs(ray_module, session_home, tmp_path_factory):
     return tmp, two
 
 
+def assert_wall_adds_up(summary: dict) -> None:
+    """Goodput counts the whole wall (DESIGN invariant 9): named parts add up to it; nothing is negative."""
+    g, wall = summary["goodput"], summary["wall_s"]
+    assert wall > 0 and g["wall_s"] == wall
+    assert all(g[k] >= 0 for k in WALL_PARTS), g
+    assert sum(g[k] for k in WALL_PARTS) == pytest.approx(wall, abs=0.05)
+    assert g["other_s"] <= 0.05 * wall + 0.5, g  # the named parts cover the wall, not a catch-all
+    assert g["goodput_ratio"] == pytest.approx(g["productive_s"] / wall)
+    assert sum(summary["startup"].values()) == pytest.approx(g["startup_s"], abs=0.05), summary["startup"]
+    assert sum(summary["teardown"].values()) == pytest.approx(g["teardown_s"], abs=0.05), summary["teardown"]
+    phases = [*summary["startup"].values(), *summary["teardown"].values()]
+    assert all(v >= 0 for v in phases) and (summary["time_to_first_step_s"] or 0) >= 0, summary
+
+
 def test_two_workers_train_and_aggregate_metrics_over_both(runs):
     tmp, two = runs
+    assert_wall_adds_up(two)
+    assert two["goodput"]["startup_s"] > 0 and two["goodput"]["teardown_s"] > 0
+    assert two["goodput"]["startup_s"] < two["time_to_first_step_s"]  # the first step itself is productive
     assert two["status"] == "FINISHED" and two["world_sizes"] == [2] and two["restarts"] == 0
     assert two["steps"] == 2 * (1438 // 128) and two["epochs"] == 2
     assert two["final_metrics"]["val_accuracy"] > 0.7
@@ -62,24 +80,43 @@ def test_one_and_two_workers_give_the_same_train_loss(runs):
     assert abs(a - b) / abs(b) < 1e-4, (a, b)
 
 
-def test_crash_mid_run_ends_bitwise_equal_to_the_uninterrupted_run(runs, monkeypatch):
+def test_three_faults_of_three_kinds_end_bitwise_equal_and_exactly_once(runs, monkeypatch):
+    """A fixed fault campaign (the short form of bench/chaos.py): rank 1's process dies at step 8, rank 0 raises
+    at step 9 (closer than one checkpoint interval: both restarts resume from step 5), rank 1 dies inside the
+    checkpoint save at step 15 (never reported: resume from 10). The run ends bitwise equal to the uninterrupted
+    one, every epoch saw every sample once, and MLflow holds every step's metrics once."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.helpers.trace import exactly_once_problems, read_trace
+
     tmp, two = runs
-    marker = tmp / "fault-fired"
-    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=13,rank=1,marker={marker},mode=exit")
-    crashed = run_job(tmp, "crashed", "scaling.num_workers=2", "checkpoint.every_steps=5")
-    assert marker.exists(), "the fault never fired"
-    assert crashed["restarts"] == 1 and crashed["world_sizes"] == [2]
-    # Counted to the last log point before the crash, back to whichever checkpoint Ray had committed
+    markers, trace = tmp / "faults", tmp / "crashed-trace"
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=8,rank=1,mode=exit; step=9,rank=0,mode=raise; "
+                                              f"step=12,rank=1,mode=save; markers={markers}")
+    crashed = run_job(tmp, "crashed", "scaling.num_workers=2", "checkpoint.every_steps=5", "failure.max_failures=5",
+                      f"data.trace_path={trace}")
+    fired = sorted(json.loads(p.read_text())["step"] for p in markers.glob("fault-*.json"))
+    assert fired == [8, 9, 15], fired
+    assert crashed["restarts"] == 3 and crashed["world_sizes"] == [2]
+    # Counted to the last log point before each fault, back to whichever checkpoint Ray had committed
     # (asynchronous uploads still in flight when a worker dies are not committed).
-    assert 1 <= crashed["goodput"]["recomputed_steps"] <= 13
+    assert 3 <= crashed["goodput"]["recomputed_steps"] <= 8 + 9 + 15
     assert crashed["goodput"]["restart_lost_s"] > 0
+    assert_wall_adds_up(crashed)
     assert crashed["params_sha256"] == two["params_sha256"]
+    assert exactly_once_problems(read_trace(trace), n_train=1438, g=128, epochs=2) == []
+    history = MlflowClient(tracking_uri=crashed["tracking_uri"]).get_metric_history(crashed["mlflow_run_id"],
+                                                                                    "train_loss")
+    steps = [m.step for m in history]
+    assert len(steps) == len(set(steps)) and max(steps) == crashed["steps"]
 
 
 def test_rerunning_a_finished_run_trains_nothing(runs):
     tmp, two = runs
     again = run_job(tmp, "two", "scaling.num_workers=2", "checkpoint.every_steps=5")
     assert again["status"] == "FINISHED" and "already complete" in again.get("note", "")
+    assert again["time_to_first_step_s"] is None and again["goodput"]["productive_s"] == 0  # was -22.1 s
+    assert_wall_adds_up(again)
     assert again["checkpoint"] == two["checkpoint"]
     assert json.loads((tmp / "two.json").read_text())["params_sha256"] == two["params_sha256"]
 

@@ -24,6 +24,7 @@ from elastic_train.train.loop import (
 from elastic_train.train.state import (
     Goodput,
     IncompleteCheckpoint,
+    RunRecord,
     TrainState,
     load_model,
     params_sha256,
@@ -135,16 +136,45 @@ def test_a_checkpoint_without_meta_is_refused(tmp_path):
 def test_goodput_book_charges_restarts():
     book = GoodputBook()
     book.begin_attempt(100.0, 2, None, None, [])
-    book.first_step_done(105.0)
+    book.loop_started(105.0)  # startup (and a restart) ends when the training loop starts
+    book.first_step_done(106.0)
     book.heartbeat(110.0, 40, productive_s=5.0, checkpoint_s=0.0)  # steps 0..40
     saved = Goodput(**vars(book.totals))  # a checkpoint at step 40
     book.heartbeat(112.0, 50, productive_s=2.0, checkpoint_s=0.5)
     # crash after step 50; the new group restores step 40 on 1 worker
     event = book.begin_attempt(120.0, 1, 40, saved, [2])
     assert event["restart"] and event["recomputed_steps"] == 10 and event["previous_world_size"] == 2
-    book.first_step_done(125.0)
+    book.loop_started(125.0)
+    book.first_step_done(126.0)
     t = book.totals
     assert t.restarts == 1 and t.recomputed_steps == 10
     assert t.productive_s == pytest.approx(5.0)  # the 2 s after the checkpoint were lost
     assert t.restart_lost_s == pytest.approx(2.0 + (125.0 - 112.0))
     assert t.startup_s == pytest.approx(5.0) and book.world_sizes == [2, 1]
+
+
+def test_a_pbt_clone_adopts_the_donor_state_with_its_own_learning_rate(tmp_path):
+    """TrainState.adopt: the donor's weights, optimizer moments and position; this run's lr, schedule base and
+    identity (a PBT clone, elastic_train.sweep.tuner.run_trial)."""
+    cfg, _, model, opt, sched, data = _setup("train.lr=0.01", "train.warmup_steps=2")
+    prec = Precision.create("fp32", CPU)
+    donor = TrainState(model, opt, sched, prec, record=RunRecord(run_name="trial-donor", mlflow_run_id="d"))
+    for _, micro in list(data.epoch(0))[:4]:
+        train_step(model, micro, opt, sched, prec, 1 / 64, 1.0)
+        donor.progress.advance(64, data.steps_per_epoch)
+    donor.save(tmp_path / "ck", 0, meta={})
+    _, _, model2, opt2, sched2, _ = _setup("train.lr=0.002", "train.warmup_steps=2")
+    clone = TrainState(model2, opt2, sched2, prec, record=RunRecord(run_name="trial-clone", mlflow_run_id="c"))
+    clone.load(tmp_path / "ck", 0)
+    origin = clone.adopt(0.002, RunRecord(run_name="trial-clone", mlflow_run_id="c"))
+    assert origin == {"run_name": "trial-donor", "global_step": 4, "epoch": 0, "step_in_epoch": 4}
+    assert clone.progress.global_step == 4 and clone.record.run_name == "trial-clone"
+    assert params_sha256(model2.state_dict()) == params_sha256(model.state_dict())
+    moments = [s["exp_avg"] for s in opt.state.values()], [s["exp_avg"] for s in opt2.state.values()]
+    assert all(torch.equal(a, b) for a, b in zip(*moments, strict=True))
+    factor = sched.lr_lambdas[0](4)  # the schedule's position is the donor's; its base is the clone's
+    assert [g["lr"] for g in opt2.param_groups] == pytest.approx([0.002 * factor] * len(opt2.param_groups))
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.01 * factor] * len(opt.param_groups))
+    _, micro = list(data.epoch(0))[4]
+    train_step(model2, micro, opt2, sched2, prec, 1 / 64, 1.0)
+    assert sched2.get_last_lr() == pytest.approx([0.002 * sched.lr_lambdas[0](5)] * len(opt2.param_groups))

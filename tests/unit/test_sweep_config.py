@@ -209,3 +209,49 @@ def test_help_lists_the_submit_line():
         "ray job submit --working-dir . -- python -m jobs.sweep --config configs/sweep-digits.yaml" in out.stdout
     )
     assert "--resume" in out.stdout
+
+
+# ---------------------------------------------------------------------------------------- pbt
+
+
+PBT_SPACE = "sweep.space={train.lr: {type: loguniform, low: 1.0e-4, high: 1.0e-1}}"
+
+
+@pytest.mark.parametrize("overrides,field,value", [
+    (["sweep.perturbation_interval=9", "train.epochs=3"], "sweep.perturbation_interval", 9),
+    (["sweep.search=optuna"], "sweep.search", "optuna"),
+    (["checkpoint.at_epoch_end=false"], "checkpoint.at_epoch_end", False),
+    (["sweep.space={train.weight_decay: {type: choice, values: [0.0, 0.1]}}"], "sweep.space", "train.weight_decay"),
+    (["sweep.space={train.global_batch_size: {type: choice, values: [64, 128]}}", "checkpoint.every_steps=5"],
+     "checkpoint.every_steps", 5),
+    (["sweep.space={train.lr: {type: choice, values: [0.01]}, train.epochs: {type: choice, values: [2]}}"],
+     "sweep.space", "train.epochs"),
+])
+def test_pbt_mistakes_name_the_field(overrides, field, value):
+    if field == "sweep.search" and importlib.util.find_spec("optuna") is None:
+        pytest.skip("optuna is refused for being missing first")
+    with pytest.raises(ConfigError) as e:
+        validate_sweep(load("sweep.scheduler=pbt", PBT_SPACE, *overrides))
+    assert (e.value.field, e.value.value) == (field, value)
+
+
+@pytest.mark.parametrize("bad", ["sweep.quantile_fraction=0.7", "sweep.perturbation_interval=0",
+                                 "sweep.resample_probability=1.5"])
+def test_pbt_numbers_out_of_range_exit_2_naming_the_field(bad, capsys):
+    from jobs import sweep as sweep_job
+
+    assert sweep_job.main(["--config", PRESET, "sweep.scheduler=pbt", bad, "--print-config"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and bad.split("=")[0] in err[0], err
+
+
+def test_pbt_scheduler_perturbs_the_swept_keys():
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    cfg = load("sweep.scheduler=pbt", "sweep.perturbation_interval=2", "sweep.quantile_fraction=0.5")
+    validate_sweep(cfg)
+    pbt = make_scheduler(cfg)
+    assert isinstance(pbt, PopulationBasedTraining)
+    assert pbt._perturbation_interval == 2 and pbt._quantile_fraction == 0.5 and pbt._time_attr == "epoch"
+    assert set(pbt._hyperparam_mutations) == {"train.lr", "train.global_batch_size"}
+    assert pbt._hyperparam_mutations["train.global_batch_size"] == [32, 64, 128, 256]

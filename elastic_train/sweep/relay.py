@@ -1,0 +1,67 @@
+"""Give Tune each trial's checkpoints, for population-based training.
+
+Ray's ``TuneReportCallback`` passes a trial's reports on to Tune as metrics only (with a ``checkpoint_path``
+metric): Tune holds no checkpoint of the trial, and PBT, which restarts a weak trial from a strong trial's Tune
+checkpoint, skips every exploit. Under ``sweep.scheduler=pbt`` a trial runs ``fit`` in a thread instead, with
+:class:`CheckpointRelay` in the trainer's callbacks sending each report and its checkpoint's path through a
+one-slot queue to the trial's own thread, which reports both to Tune (Tune copies the checkpoint into the trial's
+``tune-<id>/`` folder, where it outlives Ray Train's retention of the donor's run).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ray.train.v2.api.callback import UserCallback
+from ray.util.queue import Empty, Queue
+
+POLL_S = 0.5
+
+
+class CheckpointRelay(UserCallback):
+    """Runs in the Ray Train controller: every report (rank 0's metrics) and its checkpoint path into ``queue``."""
+
+    def __init__(self, queue: Queue, timeout_s: float = 600.0):
+        self.queue, self.timeout_s = queue, timeout_s
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any | None) -> None:
+        # Blocks while Tune holds the previous report (one slot), as TuneReportCallback does; bounded.
+        self.queue.put((dict(metrics[0]), checkpoint.path if checkpoint else None), timeout=self.timeout_s)
+
+
+def fit_reporting_checkpoints(run: Callable[[list[Any]], Any]) -> Any:
+    """``run(callbacks)`` (a ``fit``) in a thread; its reports go to Tune with their checkpoints from this one."""
+    from ray import tune
+    from ray.tune import Checkpoint
+
+    queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["outcome"] = run([CheckpointRelay(queue)])
+        except BaseException as e:  # noqa: BLE001 - re-raised in the trial's thread below
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name="trial-fit", daemon=True)
+    thread.start()
+    try:
+        while True:
+            try:
+                metrics, path = queue.get(timeout=POLL_S)
+            except Empty:
+                if thread.is_alive():
+                    continue
+                if queue.empty():  # the run ended and its last report is through
+                    break
+                continue
+            checkpoint = Checkpoint(path) if path else None
+            tune.report({**metrics, "checkpoint_path": path} if path else metrics, checkpoint=checkpoint)
+        thread.join()
+    finally:
+        queue.shutdown(force=True)
+    if "error" in box:
+        raise box["error"]
+    return box["outcome"]
