@@ -28,6 +28,7 @@ killed and resumed (tests/distributed/test_train.py), an MLflow outage (tests/e2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -203,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
     ray.init(address="local", num_cpus=args.workers + 2, include_dashboard=False, logging_level="ERROR")
     try:
-        with tempfile.TemporaryDirectory(prefix="et-chaos-") as tmp:
+        # the jobs' console (and the workers' forwarded lines) go to stderr: stdout is the JSON alone
+        with tempfile.TemporaryDirectory(prefix="et-chaos-") as tmp, contextlib.redirect_stdout(sys.stderr):
             os.environ["ELASTIC_TRAIN_HOME"] = tmp
             report = campaign(args, Path(tmp))
     finally:

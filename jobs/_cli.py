@@ -96,6 +96,25 @@ def guarded(body: Callable[[], int]) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def exit_now(code: int) -> None:
+    """End the program with ``code`` once everything is written: stdio and logs flushed, then ``os._exit``.
+
+    A finished job has closed its tracking, stopped or left Ray and written its summary; what remains is the
+    interpreter's finalization (torch's, Ray's and MLflow's modules torn down), a second or more on a small
+    machine during which the prompt would not come back. Only for a job that is the program, never in-process.
+    """
+    import logging
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+            pass
+    logging.shutdown()
+    os._exit(code)
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 

@@ -36,11 +36,19 @@ class MlflowBackend:
         check_reachable(self.uri)
 
     def prepare_store(self, experiment: str) -> None:
-        """Import MLflow and create the store and the experiment (a driver does this while Ray starts)."""
+        """Import MLflow, create the store and the experiment, and import what logging the final model needs
+        (a driver does this in a thread while Ray starts, so the run's teardown does not)."""
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(tracking_uri=self.uri)
         get_or_create_experiment(client, experiment, self.home / "mlartifacts" if not is_server(self.uri) else None)
+        # mlflow.pytorch.log_model saves with torch.export (MLflow 3's default "pt2" format), whose first use
+        # imports torch._dynamo: seconds on a small machine, which would otherwise fall in the teardown
+        import mlflow.pytorch  # noqa: F401
+        try:
+            import torch.export._trace  # noqa: F401 - what torch.export.export imports on first call
+        except ImportError:
+            pass
 
     def start_run(self, experiment: str, run_name: str, *, kind: str, spool_path: Path,
                   parent_run_id: str | None = None, system_metrics: bool = False,

@@ -165,11 +165,11 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
 
 
 def disconnect_ray(ctx: RunContext) -> None:
-    """Stop the embedded Ray this run started (a few seconds, counted in the run's teardown, before the summary
-    prints, rather than after it at interpreter exit); leave a cluster or a caller's Ray as it is."""
+    """Stop the embedded Ray this run started, or leave the cluster it joined (counted in the run's teardown,
+    before the summary prints, rather than after it at interpreter exit); a caller's Ray stays connected."""
     import ray
 
-    if ctx.ray_target in ("embedded local Ray", "cluster at local") and ray.is_initialized():
+    if ctx.ray_target not in (None, "already connected") and ray.is_initialized():
         ray.shutdown()
         timeline.mark("ray shutdown")
 
@@ -236,6 +236,8 @@ def prepare(config_path: str | None, overrides: list[str], resume: str | None = 
     and Ray starts; :func:`track` then only creates the run. A failure there is left for :func:`track` to report.
     """
     ctx = plan(config_path, overrides, resume, launched=launched)
+    # Ray and torch are imported by now (this module imports preflight): the thread imports only MLflow's own
+    # modules, so the two threads do not race on one module graph's import locks.
     warm = _open_store_in_background(ctx)
     ctx = connect(ctx, address)
     if warm is not None:

@@ -14,6 +14,11 @@ Two lines a healthy run would otherwise show:
   once at ``import ray`` and is off with ``RAY_DEDUP_LOGS=0``), so :func:`filter_forwarded_lines` wraps the
   driver's print handler in Ray's private stdstream dispatcher; if a Ray upgrade moves it, nothing is wrapped
   and the line is printed again (no error).
+* ``Failed to send resource request for train-...`` and its ``GetTimeoutError`` traceback: a WARNING from the
+  Train controller when its 5 s call to Ray's autoscaling coordinator times out, which happens when the CPUs are
+  saturated (Ray's own message: "safe to ignore" then). Only that exact block (the message, its traceback, ending
+  in ``ray.exceptions.GetTimeoutError``) is dropped from the console; any other failure of that call prints, and
+  the block stays in the controller's log file.
 """
 
 from __future__ import annotations
@@ -53,6 +58,30 @@ def quiet_ray_driver_logs() -> None:
         logger.addFilter(_DropMessages(BENIGN_RAY_MESSAGES))
 
 
+# A forwarded WARNING and its traceback (one batch), dropped only when the traceback ends in this exception.
+BENIGN_FORWARDED_BLOCK_START = re.compile(r"^Failed to send resource request for train-")
+BENIGN_FORWARDED_BLOCK_END = re.compile(r"^ray\.exceptions\.GetTimeoutError: ")
+
+
+def without_benign_blocks(lines: list[Any]) -> list[Any]:
+    """``lines`` less each benign block: its start line, a traceback, and its end line (all or nothing)."""
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if isinstance(line, str) and BENIGN_FORWARDED_BLOCK_START.search(line):
+            j = i + 1
+            if j < len(lines) and isinstance(lines[j], str) and lines[j].startswith("Traceback"):
+                j += 1
+                while j < len(lines) and isinstance(lines[j], str) and lines[j].startswith(" "):
+                    j += 1
+                if j < len(lines) and isinstance(lines[j], str) and BENIGN_FORWARDED_BLOCK_END.search(lines[j]):
+                    i = j + 1
+                    continue
+        out.append(line)
+        i += 1
+    return out
+
+
 class _WithoutBenignLines:
     """Wraps Ray's handler for forwarded output: the batch less the known-benign lines."""
 
@@ -61,7 +90,8 @@ class _WithoutBenignLines:
 
     def __call__(self, data: dict[str, Any]) -> None:
         lines = data.get("lines") or []
-        kept = [line for line in lines if not (isinstance(line, str) and BENIGN_FORWARDED_LINES.search(line))]
+        kept = [line for line in without_benign_blocks(lines)
+                if not (isinstance(line, str) and BENIGN_FORWARDED_LINES.search(line))]
         if len(kept) != len(lines):
             if not kept:
                 return

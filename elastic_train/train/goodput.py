@@ -102,6 +102,10 @@ class GoodputBook:
             self.pending_failure_since = None
         self.last_time = now
 
+    def stepped(self, global_step: int) -> None:
+        """An optimizer step finished: a failure from here on loses the steps since the restored checkpoint."""
+        self.last_step = global_step
+
     def first_step_done(self, now: float) -> None:
         if self.first_step_unix is None:
             self.first_step_unix = now

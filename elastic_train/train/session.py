@@ -181,6 +181,8 @@ class Session:
                 if first:
                     first = False
                     self._first_step()
+                self.goodput.book.stepped(p.global_step)
+                self.goodput.push()  # at most every 0.25 s: the ledger knows the last step when a worker dies
                 self.host.fault.maybe_fire(p.global_step)
                 if self.policy.is_sync_point(p.global_step, p.step_in_epoch):
                     self._maybe_checkpoint(self._sync_and_log(), epoch_end=p.step_in_epoch == 0)

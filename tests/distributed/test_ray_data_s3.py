@@ -15,7 +15,7 @@ from tests.helpers.ray_data import write_digits_parquet
 
 pytestmark = pytest.mark.distributed
 
-EPOCHS, G, SEED = 2, 128, 0
+EPOCHS, G, SEED = 1, 128, 0  # one epoch of 11 steps: the fault at step 6, checkpoints every 3
 
 
 def read_trace(prefix: Path) -> list[dict]:
@@ -44,15 +44,17 @@ def test_ray_data_from_s3_with_s3_checkpoints_survives_a_killed_worker(
 ):
     n = write_digits_parquet(f"s3://{s3_bucket}/digits", files=3)
     marker, trace = tmp_path / "fault-fired", tmp_path / "trace"
-    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=13,rank=1,marker={marker},mode=exit")
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=6,rank=1,marker={marker},mode=exit")
     summary = run_job(
         home, "s3-ray", "data.name=ray", f"data.path=s3://{s3_bucket}/digits", "data.features=[x]",
         "data.feature_shape=[64]", "data.id_column=id", "data.preprocess=tests.helpers.ray_data:scale_pixels",
-        f"checkpoint.storage_path=s3://{s3_bucket}/runs", "checkpoint.every_steps=5", f"data.trace_path={trace}",
+        f"checkpoint.storage_path=s3://{s3_bucket}/runs", "checkpoint.every_steps=3", f"data.trace_path={trace}",
+        f"train.epochs={EPOCHS}",
     )
     console = capsys.readouterr()
     assert marker.exists(), "the fault never fired"
-    assert summary["restarts"] == 1 and summary["final_metrics"]["val_accuracy"] > 0.8
+    assert f"data read from s3://{s3_bucket}/digits: 3 parquet file(s)" in console.out
+    assert summary["restarts"] == 1 and summary["final_metrics"]["val_accuracy"] > 0.5
 
     # exactly once per epoch, by the Parquet's own sample ids (ids are 0..n-1: sorted id order = row index)
     train_ids = split_indices(n, 0.2, SEED)[0].tolist()

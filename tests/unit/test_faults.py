@@ -103,3 +103,20 @@ def test_two_close_faults_each_fire_once(tmp_path):
     assert _exit_code(spec, [("step", 4), ("step", 5)]) == 1  # restarted before 4: passes it, dies at 5
     assert _exit_code(spec, [("step", 4), ("step", 5), ("step", 6)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fault-0.json", "fault-1.json"]
+
+
+def test_steps_after_the_last_log_point_count_as_recomputed():
+    """The ledger learns each step (not only log points), so a fault between log points charges every step
+    done after the restored checkpoint (bench/chaos.py compares it with the sample trace)."""
+    from elastic_train.train.goodput import GoodputBook
+    from elastic_train.train.state import Goodput
+
+    book = GoodputBook()
+    book.begin_attempt(100.0, 2, None, None, [])
+    book.first_step_done(101.0)
+    book.heartbeat(110.0, 10, productive_s=9.0, checkpoint_s=0.0)  # a log point and a checkpoint at step 10
+    saved = Goodput(**vars(book.totals))
+    for step in (11, 12, 13):
+        book.stepped(step)  # no log point before the fault at step 13
+    event = book.begin_attempt(120.0, 2, 10, saved, [2])
+    assert event["recomputed_steps"] == 3 and book.totals.recomputed_steps == 3

@@ -50,3 +50,35 @@ def test_missing_bucket_names_data_path(s3_bucket):
     with pytest.raises(ConfigError) as e:
         validate(job("data.path=s3://no-such-bucket-here/digits", "data.features=[pixels]"))
     assert e.value.field == "data.path" and "bucket 'no-such-bucket-here' does not exist" in str(e.value)
+
+
+def test_the_row_order_does_not_depend_on_the_read_order():
+    """However Ray Data delivered the rows (files listed, blocks scheduled), sorting by id gives one order."""
+    import numpy as np
+
+    from elastic_train.data.ray_source import _order
+
+    rng = np.random.default_rng(0)
+    ids = rng.permutation(50)
+    arrays = {"id": ids, "pixels": rng.random((50, 64)).astype(np.float32), "label": rng.integers(0, 10, 50)}
+    cfg = job("data.features=[pixels]", "data.id_column=id", "data.feature_shape=[1,8,8]")
+    x1, y1, i1 = _order(cfg, arrays)
+    shuffled = rng.permutation(50)
+    x2, y2, i2 = _order(cfg, {k: v[shuffled] for k, v in arrays.items()})
+    assert x1.shape == (50, 1, 8, 8) and i1.tolist() == list(range(50))
+    assert x1.equal(x2) and y1.equal(y2) and (i1 == i2).all()
+
+
+def test_duplicate_ids_and_a_wrong_feature_shape_name_their_field():
+    import numpy as np
+
+    from elastic_train.data.ray_source import _order
+
+    arrays = {"id": np.array([0, 1, 1]), "pixels": np.zeros((3, 4), np.float32), "label": np.zeros(3, np.int64)}
+    with pytest.raises(ConfigError) as e:
+        _order(job("data.features=[pixels]", "data.id_column=id"), arrays)
+    assert e.value.field == "data.id_column"
+    arrays["id"] = np.array([0, 1, 2])
+    with pytest.raises(ConfigError) as e:
+        _order(job("data.features=[pixels]", "data.id_column=id", "data.feature_shape=[3]"), arrays)
+    assert e.value.field == "data.feature_shape"

@@ -153,14 +153,18 @@ def _job(*args: str, env: dict[str, str], timeout: float) -> tuple[subprocess.Co
 
 
 @pytest.mark.subprocess
-def test_an_address_nobody_answers_exits_2_within_the_bound(closed_port, tmp_path):
-    """``python -m jobs.train --address`` at a dead port: exit 2 naming it, after the bound, no traceback."""
-    out, took = _job("jobs.train", "--address", f"127.0.0.1:{closed_port}", "failure.connect_timeout_s=2",
+@pytest.mark.parametrize("answers, needle", [(False, "no Ray cluster answers there"),
+                                             (True, "Ray did not connect within 3s")])
+def test_an_address_that_is_no_ray_head_exits_2_within_the_bound(closed_port, listener, tmp_path, answers, needle):
+    """``python -m jobs.train --address`` at a dead port (the TCP probe fails), or at a socket that accepts and
+    says nothing (``ray.init`` would retry forever): exit 2 naming it, within the bound, no traceback."""
+    address = f"127.0.0.1:{listener if answers else closed_port}"
+    out, took = _job("jobs.train", "--address", address, "failure.connect_timeout_s=3",
                      env={"ELASTIC_TRAIN_HOME": str(tmp_path)}, timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
-    assert f"--address='127.0.0.1:{closed_port}'" in out.stderr and "Traceback" not in out.stderr
+    assert f"--address='{address}'" in out.stderr and needle in out.stderr and "Traceback" not in out.stderr
     assert "ray:" not in out.stdout  # nothing was started
-    assert took < 90  # imports dominate; the wait itself is 2 s
+    assert took < 90  # imports dominate; the wait itself is 3 s (6 s: probe, then ray.init)
 
 
 @pytest.mark.subprocess

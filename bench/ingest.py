@@ -1,0 +1,152 @@
+"""Ingest: training samples/s fed by the in-memory path, the DataLoader path and Ray Data (data.name=ray). JSON.
+
+    .venv/bin/python bench/ingest.py --smoke      # < 2 min on 2 loaded cores
+    .venv/bin/python bench/ingest.py              # more rows and repeats
+
+One data set on every side: scikit-learn's digits tiled to N rows (64 float features, 10 classes), the same
+MLP (64-256-256-10), SGD, global batch 128, one worker in this process. Each side trains one epoch through the
+engine's own WorkerData (the sampler, micro-batches, prefetch):
+
+    in_memory   a TensorSet (what the built-in sets use)
+    dataloader  a map-style torch Dataset read per sample by a DataLoader with 2 worker processes
+    ray_data    Parquet files read by Ray Data (elastic_train.data.ray_source: read, materialise, sort by id),
+                then trained as an in-memory set; its read time is reported and also charged to the epoch
+
+Sides alternate, repeated; medians. ``data_wait_share`` is the part of the epoch spent waiting for batches
+(time in the data iterator over the whole epoch). Ratios are against the DataLoader side, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import Dataset  # noqa: E402
+
+G = 128
+
+
+class MapStyle(Dataset):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+def digits(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    reps = -(-rows // len(d.target))
+    x = np.tile(d.data.astype(np.float32) / 16.0, (reps, 1))[:rows]
+    y = np.tile(d.target.astype(np.int64), reps)[:rows]
+    return x, y
+
+
+def write_parquet(folder: Path, x: np.ndarray, y: np.ndarray, files: int = 4) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = len(y)
+    for i in range(files):
+        a, b = i * n // files, (i + 1) * n // files
+        pq.write_table(pa.table({
+            "id": pa.array(np.arange(a, b, dtype=np.int64)),
+            "x": pa.FixedSizeListArray.from_arrays(pa.array(x[a:b].reshape(-1)), 64),
+            "label": pa.array(y[a:b]),
+        }), folder / f"part-{i}.parquet")
+
+
+def train_epoch(bundle, loader_workers: int) -> dict[str, float]:
+    from elastic_train.data.batching import BatchPlan
+    from elastic_train.data.loader import WorkerData
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = WorkerData(bundle, BatchPlan(G, 1, None), 0, 0, torch.device("cpu"), loader_workers=loader_workers)
+    wait, samples = 0.0, 0
+    t0 = time.perf_counter()
+    it = data.epoch(0)
+    while True:
+        tw = time.perf_counter()
+        nxt = next(it, None)
+        wait += time.perf_counter() - tw
+        if nxt is None:
+            break
+        for x, y in nxt[1]:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            samples += len(y)
+    wall = time.perf_counter() - t0
+    data.close()
+    return {"samples_per_s": samples / wall, "wall_s": wall, "data_wait_share": wait / wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args()
+    rows, repeats = (8_000, 2) if args.smoke else (200_000, 3)
+
+    import ray
+
+    from elastic_train import config
+    from elastic_train.data.spec import DataBundle, DataSpec, TensorSet
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    try:
+        x, y = torch.from_numpy(digits(rows)[0]), torch.from_numpy(digits(rows)[1])
+        spec = DataSpec("classification", (64,), 10)
+        mem = DataBundle(TensorSet(x, y), TensorSet(x[:G], y[:G]), spec)
+        mapstyle = DataBundle(MapStyle(x, y), MapStyle(x[:G], y[:G]), spec)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_parquet(Path(tmp), x.numpy(), y.numpy())
+            cfg = config.compose({}, config.parse_overrides([
+                "data.name=ray", f"data.path={tmp}", "data.features=[x]", "data.id_column=id",
+                "data.val_fraction=0.01"]))
+            from elastic_train.data.ray_source import build_ray
+
+            results: dict[str, list[dict[str, float]]] = {"in_memory": [], "dataloader": [], "ray_data": []}
+            for _ in range(repeats):  # alternate the sides
+                results["in_memory"].append(train_epoch(mem, 0))
+                results["dataloader"].append(train_epoch(mapstyle, 2))
+                t0 = time.perf_counter()
+                bundle = build_ray(cfg)
+                read_s = time.perf_counter() - t0
+                r = train_epoch(bundle, 0)
+                total = r["wall_s"] + read_s
+                results["ray_data"].append({**r, "read_s": read_s,
+                                            "samples_per_s_with_read": r["samples_per_s"] * r["wall_s"] / total})
+    finally:
+        ray.shutdown()
+    med = {side: {k: statistics.median(run[k] for run in runs) for k in runs[0]} for side, runs in results.items()}
+    base = med["dataloader"]["samples_per_s"]
+    out = {
+        "rows": rows, "repeats": repeats, "global_batch": G, "measured": "median over repeats; sides alternate",
+        **{side: {k: round(v, 4) for k, v in m.items()} for side, m in med.items()},
+        "ratio_in_memory_vs_dataloader": round(med["in_memory"]["samples_per_s"] / base, 3),
+        "ratio_ray_data_vs_dataloader": round(med["ray_data"]["samples_per_s"] / base, 3),
+        "ratio_ray_data_with_read_vs_dataloader": round(med["ray_data"]["samples_per_s_with_read"] / base, 3),
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""The driver drops Ray's known-benign forwarded blocks from the console, and nothing else."""
+
+from __future__ import annotations
+
+from elastic_train.launch.quiet import _WithoutBenignLines, without_benign_blocks
+
+# As Ray 2.60's Train controller logs it when its call to the autoscaling coordinator times out (CPU saturated).
+OVERLOAD = [
+    "Failed to send resource request for train-2af299f3996347eab57ecef7d5dbc286. If this only happens transiently "
+    "during network partition or CPU being overloaded, it's safe to ignore this error. If this error persists, "
+    "file a GitHub issue.",
+    "Traceback (most recent call last):",
+    '  File ".../ray/train/v2/_internal/execution/scaling_policy/autoscaling_coordinator_client.py", line 58, in '
+    "send_resource_request",
+    "    ray.get(",
+    '  File "python/ray/includes/common.pxi", line 107, in ray._raylet.check_status',
+    "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.",
+]
+
+
+def test_the_overload_warning_block_is_dropped_and_the_lines_around_it_kept():
+    lines = ["before", *OVERLOAD, "[elastic-train] epoch 1/1 step 10", *OVERLOAD]
+    assert without_benign_blocks(lines) == ["before", "[elastic-train] epoch 1/1 step 10"]
+
+
+def test_the_same_warning_with_another_error_still_prints():
+    other = [*OVERLOAD[:-1], "ray.exceptions.RayActorError: The actor died unexpectedly"]
+    assert without_benign_blocks(other) == other
+    assert without_benign_blocks(OVERLOAD[:-1]) == OVERLOAD[:-1]  # cut short: not known to be benign
+    assert without_benign_blocks(OVERLOAD[:1]) == OVERLOAD[:1]
+
+
+def test_the_printer_gets_the_batch_less_the_block_or_nothing():
+    printed = []
+    printer = _WithoutBenignLines(printed.append)
+    printer({"pid": 1, "lines": list(OVERLOAD)})
+    printer({"pid": 1, "lines": ["kept", *OVERLOAD]})
+    assert printed == [{"pid": 1, "lines": ["kept"]}]
