@@ -287,3 +287,11 @@ def test_inputs_from_s3_give_the_same_shards_as_the_same_files_on_disk(s3_server
         assert (tmp_path / "remote" / f).read_bytes() == (tmp_path / "local" / f).read_bytes()
     with pytest.raises(ConfigError, match=rf"input='s3://{s3_bucket}/nothing': no such file or folder"):
         prepare([f"s3://{s3_bucket}/nothing"], str(tmp_path / "x"), s, workers=1)
+
+
+def test_a_sweep_with_a_step_budget_refuses_epoch_schedulers():
+    from elastic_train.sweep.plan import validate_sweep
+
+    with pytest.raises(ConfigError, match=r"sweep.scheduler='asha': counts train.epochs, but train.max_steps sets"):
+        validate_sweep(load(None, ["train.max_steps=100"]))
+    validate_sweep(load(None, ["train.max_steps=100", "sweep.scheduler=none"]))
