@@ -13,6 +13,7 @@ settings may reuse (``inputs_sha256``). Torch-free: numpy, ``tokenizers`` and, f
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -53,24 +54,69 @@ class PrepareSettings:
 # ------------------------------------------------------------------------------------------- inputs
 
 
-def list_inputs(paths: list[str]) -> list[Path]:
+@dataclass(frozen=True)
+class InputFile:
+    """One input file, local or in an object store (``s3://``, ``gs://``... through ``pyarrow.fs``)."""
+
+    name: str  # a local path or a URI
+    size: int
+    mtime_ns: int
+    fs: Any = None  # a pyarrow FileSystem for URIs; None for local files
+    fs_path: str = ""
+
+    def open(self) -> Any:
+        """A seekable binary file."""
+        if self.fs is None:
+            return open(self.name, "rb")  # noqa: SIM115 (the caller closes it)
+        return self.fs.open_input_file(self.fs_path)
+
+
+def list_inputs(paths: list[str]) -> list[InputFile]:
     """Every input file, in a fixed order: files as given, folders' non-hidden files sorted by path."""
-    files: list[Path] = []
+    files: list[InputFile] = []
     for raw in paths:
+        if "://" in raw:
+            files += _list_uri(raw)
+            continue
         p = Path(raw).expanduser()
         if p.is_file():
-            files.append(p)
+            found = [p]
         elif p.is_dir():
-            files += sorted(f for f in p.rglob("*") if f.is_file()
-                            and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            found = sorted(f for f in p.rglob("*") if f.is_file()
+                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
         else:
             raise ConfigError("input", raw, "no such file or folder")
+        files += [InputFile(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in found]
     if not files:
         raise ConfigError("input", " ".join(paths), "holds no files")
     return files
 
 
-def _kind(path: Path) -> str:
+def _list_uri(uri: str) -> list[InputFile]:
+    """A file or a folder (prefix) in an object store, through ``pyarrow.fs``: credentials and endpoint from the
+    standard AWS environment, every wait bounded (:mod:`elastic_train.data.filesystems`)."""
+    import pyarrow.fs as pafs
+
+    from elastic_train.data.filesystems import explain, resolve
+
+    try:
+        fs, root = resolve(uri)
+        info = fs.get_file_info(root)
+        if info.type == pafs.FileType.File:
+            infos = [info]
+        elif info.type == pafs.FileType.Directory:
+            infos = sorted((i for i in fs.get_file_info(pafs.FileSelector(root, recursive=True))
+                            if i.type == pafs.FileType.File and not i.base_name.startswith(".")),
+                           key=lambda i: i.path)
+        else:
+            raise ConfigError("input", uri, "no such file or folder")
+    except (OSError, ValueError) as e:  # unreachable endpoint, bad credentials, unknown scheme
+        raise ConfigError("input", uri, f"cannot list it ({explain(e)})") from None
+    scheme = uri.split("://", 1)[0]
+    return [InputFile(f"{scheme}://{i.path}", i.size or 0, i.mtime_ns or 0, fs, i.path) for i in infos]
+
+
+def _kind(path: InputFile) -> str:
     name = path.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
         return "jsonl"
@@ -79,7 +125,7 @@ def _kind(path: Path) -> str:
     return "text"
 
 
-def iter_documents(files: list[Path], s: PrepareSettings) -> Iterator[str]:
+def iter_documents(files: list[InputFile], s: PrepareSettings) -> Iterator[str]:
     """The corpus as a stream of non-empty documents, in file order."""
     for path in files:
         kind = _kind(path)
@@ -91,11 +137,11 @@ def iter_documents(files: list[Path], s: PrepareSettings) -> Iterator[str]:
             yield from _text_docs(path)
 
 
-def _text_docs(path: Path) -> Iterator[str]:
+def _text_docs(path: InputFile) -> Iterator[str]:
     """Paragraphs: runs of lines separated by blank lines (memory: one paragraph)."""
     lines: list[str] = []
     try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        with io.TextIOWrapper(path.open(), encoding="utf-8", errors="replace", newline="") as f:
             for line in f:
                 if line.strip():
                     lines.append(line)
@@ -103,50 +149,50 @@ def _text_docs(path: Path) -> Iterator[str]:
                     yield "".join(lines).rstrip("\n")
                     lines = []
     except OSError as e:
-        raise ConfigError("input", str(path), f"cannot read ({e.strerror or e})") from None
+        raise ConfigError("input", path.name, f"cannot read ({e.strerror or e})") from None
     if lines:
         yield "".join(lines).rstrip("\n")
 
 
-def _jsonl_docs(path: Path, field: str) -> Iterator[str]:
+def _jsonl_docs(path: InputFile, field: str) -> Iterator[str]:
     import gzip
 
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
+    raw = path.open()
+    binary = gzip.open(raw) if path.name.endswith(".gz") else raw
+    with io.TextIOWrapper(binary, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ConfigError("input", f"{path}:{n}", f"not a JSON line ({e.msg})") from None
+                raise ConfigError("input", f"{path.name}:{n}", f"not a JSON line ({e.msg})") from None
             if not isinstance(row, dict) or field not in row:
                 keys = ", ".join(sorted(row)) if isinstance(row, dict) else type(row).__name__
-                raise ConfigError("--text-field", field, f"missing in {path} line {n} (it has: {keys})")
+                raise ConfigError("--text-field", field, f"missing in {path.name} line {n} (it has: {keys})")
             if row[field]:
                 yield str(row[field])
 
 
-def _parquet_docs(path: Path, column: str) -> Iterator[str]:
+def _parquet_docs(path: InputFile, column: str) -> Iterator[str]:
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(path.open())
     names = pf.schema_arrow.names
     if column not in names:
-        raise ConfigError("--text-column", column, f"missing in {path} (columns: {', '.join(names)})")
+        raise ConfigError("--text-column", column, f"missing in {path.name} (columns: {', '.join(names)})")
     for batch in pf.iter_batches(columns=[column], batch_size=4096):
         for text in batch.column(0).to_pylist():
             if text:
                 yield text
 
 
-def inputs_digest(files: list[Path], s: PrepareSettings, tokenizer_sha: str) -> str:
+def inputs_digest(files: list[InputFile], s: PrepareSettings, tokenizer_sha: str) -> str:
     """sha256 of the input listing (path, size, mtime), the settings and the tokenizer: the reuse key."""
     h = hashlib.sha256(json.dumps(asdict(s), sort_keys=True).encode())
     h.update(tokenizer_sha.encode())
     for f in files:
-        st = f.stat()
-        h.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        h.update(f"{f.name}\0{f.size}\0{f.mtime_ns}\n".encode())
     return h.hexdigest()
 
 
@@ -212,7 +258,7 @@ def load_tokenizer(json_text: str) -> ByteTokenizer | HFTokenizer:
     return HFTokenizer(tok, eos)
 
 
-def tokenizer_json(files: list[Path], s: PrepareSettings) -> str:
+def tokenizer_json(files: list[InputFile], s: PrepareSettings) -> str:
     """The tokenizer as JSON text: trained on the corpus (bpe), read from a file, or the byte tokenizer."""
     if s.tokenizer == "bytes":
         return json.dumps({"kind": "bytes", "vocab_size": 256, "eos_id": 0})
@@ -222,7 +268,8 @@ def tokenizer_json(files: list[Path], s: PrepareSettings) -> str:
         docs = iter_documents(files, s)
         first = next(docs, None)
         if first is None:
-            raise ConfigError("input", str(files[0].parent if len(files) > 1 else files[0]), "the corpus is empty")
+            raise ConfigError("input", files[0].name if len(files) == 1 else f"{len(files)} files",
+                              "the corpus is empty")
         return train_bpe(_chain(first, docs), s.vocab_size).to_str()
     path = Path(s.tokenizer).expanduser()
     if not path.is_file():
@@ -377,7 +424,7 @@ def prepare(inputs: list[str], out_dir: str, s: PrepareSettings, workers: int | 
         "tokenizer": {"kind": s.tokenizer if s.tokenizer in ("bpe", "bytes") else "file",
                       "source": s.tokenizer, "file": TOKENIZER, "sha256": tok_sha},
         "documents": train["documents"] + val["documents"], "train": train, "val": val,
-        "inputs": [str(f) for f in files[:100]], "input_files": len(files), "input_bytes": nbytes,
+        "inputs": [f.name for f in files[:100]], "input_files": len(files), "input_bytes": nbytes,
         "settings": asdict(s), "inputs_sha256": digest,
         "prepare": {"wall_s": round(wall, 3), "workers": workers,
                     "tokens_per_s": round((train["tokens"] + val["tokens"]) / max(wall, 1e-9))},
@@ -404,7 +451,7 @@ def token_dtype(vocab_size: int, wanted: str = "auto") -> np.dtype:
     return np.dtype(wanted)
 
 
-def _reuse_tokenizer(out: Path, files: list[Path], s: PrepareSettings) -> str | None:
+def _reuse_tokenizer(out: Path, files: list[InputFile], s: PrepareSettings) -> str | None:
     """A previous run's trained BPE, when the inputs and settings match (training it is the slow part)."""
     if s.tokenizer != "bpe" or not (out / INDEX).is_file() or not (out / TOKENIZER).is_file():
         return None

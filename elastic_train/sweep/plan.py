@@ -86,6 +86,11 @@ def validate_sweep(cfg: JobConfig) -> None:
         raise ConfigError("sweep.metric", s.metric, f"not a reported metric; use one of {', '.join(SCORE_METRICS)}")
     if s.search == "optuna" and importlib.util.find_spec("optuna") is None:
         raise ConfigError("sweep.search", "optuna", "optuna is not installed: pip install 'elastic-train[optuna]'")
+    budget = "train.max_steps" if cfg.train.max_steps is not None else (
+        "train.max_tokens" if cfg.train.max_tokens is not None else None)
+    if budget and s.scheduler != "none":  # the schedulers count completed epochs; a step budget is not one
+        raise ConfigError("sweep.scheduler", s.scheduler, f"counts train.epochs, but {budget} sets the budget; "
+                                                          "use sweep.scheduler=none (or train.epochs)")
     if s.scheduler == "asha" and s.grace_period > cfg.train.epochs:
         raise ConfigError("sweep.grace_period", s.grace_period, f"longer than train.epochs={cfg.train.epochs}")
     if s.scheduler == "pbt":

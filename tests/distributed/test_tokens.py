@@ -71,6 +71,10 @@ def test_generate_reads_the_tokenizer_the_checkpoint_carries_and_the_run_holds_t
     samples = (tmp / "samples").mkdir() or client.download_artifacts(two["mlflow_run_id"], "tokens/samples.txt",
                                                                       str(tmp / "samples"))
     assert open(samples).read().count("--- prompt") == 6
+    dataset = client.get_run(two["mlflow_run_id"]).inputs.dataset_inputs[0].dataset  # the run's Datasets panel
+    profile = json.loads(dataset.profile)
+    assert dataset.name == "tokens" and json.loads(dataset.source)["uri"] == str(tmp / "shards")
+    assert profile["train_tokens"] == index["train"]["tokens"] and profile["documents"] == index["documents"]
     assert (tmp / "clean" / two["checkpoint"].rsplit("/", 1)[1] / "tokenizer.json").is_file()
     out = tmp / "gen.json"
     assert generate.main(["--checkpoint", str(tmp / "clean"), "--prompt", "the cat", "--max-new-tokens", "20",

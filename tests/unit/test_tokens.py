@@ -264,3 +264,34 @@ def test_a_tiny_gpt_trained_on_a_repetitive_corpus_generates_it_back():
     assert tok.decode(untrained) != want[:30]
     a = sample(model, [116], 20, t, temperature=1.0, top_k=5, seed=3)
     assert a == sample(model, [116], 20, t, temperature=1.0, top_k=5, seed=3)  # seeded
+
+
+# ------------------------------------------------------------------------------------------- object store
+
+
+@pytest.mark.subprocess  # the session's moto_server (a real S3 API)
+def test_inputs_from_s3_give_the_same_shards_as_the_same_files_on_disk(s3_server, s3_bucket, tmp_path):
+    docs = make_docs(30, seed=2)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("\n\n".join(docs[:15]))
+    (tmp_path / "in" / "b.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs[15:]))
+    client = s3_server.client()
+    for name in ("a.txt", "b.jsonl"):
+        client.upload_file(str(tmp_path / "in" / name), s3_bucket, f"corpus/{name}")
+    s = PrepareSettings(tokenizer="bytes", val_fraction=0.2)
+    remote = prepare([f"s3://{s3_bucket}/corpus"], str(tmp_path / "remote"), s, workers=1)
+    local = prepare([str(tmp_path / "in")], str(tmp_path / "local"), s, workers=1)
+    assert remote["inputs"] == [f"s3://{s3_bucket}/corpus/a.txt", f"s3://{s3_bucket}/corpus/b.jsonl"]
+    assert (remote["train"], remote["val"]) == (local["train"], local["val"]) and remote["documents"] == 30
+    for f in ("train_000000.bin", "val_000000.bin"):
+        assert (tmp_path / "remote" / f).read_bytes() == (tmp_path / "local" / f).read_bytes()
+    with pytest.raises(ConfigError, match=rf"input='s3://{s3_bucket}/nothing': no such file or folder"):
+        prepare([f"s3://{s3_bucket}/nothing"], str(tmp_path / "x"), s, workers=1)
+
+
+def test_a_sweep_with_a_step_budget_refuses_epoch_schedulers():
+    from elastic_train.sweep.plan import validate_sweep
+
+    with pytest.raises(ConfigError, match=r"sweep.scheduler='asha': counts train.epochs, but train.max_steps sets"):
+        validate_sweep(load(None, ["train.max_steps=100"]))
+    validate_sweep(load(None, ["train.max_steps=100", "sweep.scheduler=none"]))
