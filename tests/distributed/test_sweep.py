@@ -326,15 +326,16 @@ def test_a_placement_group_outlives_its_killed_creator_until_the_reaper_removes_
 
 
 def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_session, home):
-    """Two 1-worker trials (lr 1e-2 and 1e-5), 3 epochs, a PBT decision every epoch: the weak trial continues from
+    """Two 1-worker trials (lr 1e-2 and 1e-5), 3 epochs, a synchronous PBT decision every epoch (asynchronous PBT
+    skips a decision when the strong trial's report comes after the weak one's): the weak trial continues from
     the strong one's checkpoint. Its trace shows the take-over and its first step after it: the donor's position."""
     from elastic_train.launch.storage import RunStorage
 
     trace = home / "trace"
     summary = run_sweep(home, "pbt", "sweep.search=grid", "sweep.scheduler=pbt", "sweep.perturbation_interval=1",
                         "sweep.quantile_fraction=0.5", "sweep.resample_probability=0", "train.epochs=3",
-                        "scaling.num_workers=1", "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}",
-                        f"data.trace_path={trace}")
+                        "sweep.synch=true", "scaling.num_workers=1",
+                        "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}", f"data.trace_path={trace}")
     assert summary["scheduler"] == "pbt" and {t["status"] for t in summary["trials"]} == {"FINISHED"}
     kids = {k.data.tags["elastic_train.run_name"]: k for k in children(summary)}
     clones = [name for name, k in kids.items() if "pbt.cloned_from" in k.data.tags]
