@@ -292,6 +292,9 @@ class SweepConfig(Section):
     resample_probability: float = Field(
         0.25, ge=0.0, le=1.0, description="pbt: chance a cloned value is redrawn from the space instead of scaled."
     )
+    synch: bool = Field(
+        False, description="pbt: decide when every trial reached the interval (deterministic; all trials at once)."
+    )
     max_concurrent_trials: Literal["auto"] | int = Field(
         "auto", description="Trials at once; auto = what the cluster can hold."
     )

@@ -88,7 +88,7 @@ def make_pbt(cfg: JobConfig) -> Any:
     s = cfg.sweep
     return PopulationBasedTraining(time_attr="epoch", perturbation_interval=s.perturbation_interval,
                                    hyperparam_mutations=pbt_mutations(cfg), quantile_fraction=s.quantile_fraction,
-                                   resample_probability=s.resample_probability, synch=False)
+                                   resample_probability=s.resample_probability, synch=s.synch)
 
 
 def make_search(cfg: JobConfig) -> Any | None:
