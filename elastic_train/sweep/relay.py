@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ray.train.v2.api.callback import UserCallback
+from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from ray.util.queue import Empty, Queue
 
 POLL_S = 0.5
@@ -65,3 +66,18 @@ def fit_reporting_checkpoints(run: Callable[[list[Any]], Any]) -> Any:
     if "error" in box:
         raise box["error"]
     return box["outcome"]
+
+
+class LastReportKeepsPBT(PopulationBasedTraining):
+    """PBT that takes no decision on a trial's last report (``time_attr`` at ``max_t``): exploiting there would
+    restart the weak trial from the donor's final checkpoint with nothing left to train, and pausing it would
+    cut off its final summary and MLflow run. A decision is made at every earlier perturbation point as usual."""
+
+    def __init__(self, *args: Any, max_t: int, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._max_t = max_t
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        if result.get(self._time_attr, 0) >= self._max_t:
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)

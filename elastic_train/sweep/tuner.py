@@ -83,12 +83,12 @@ def make_pbt(cfg: JobConfig) -> Any:
     """Population-based training on completed epochs: every ``perturbation_interval`` epochs a trial in the
     bottom ``quantile_fraction`` continues from a top trial's latest checkpoint with perturbed values
     (:func:`run_trial` turns Tune's restart from the donor's checkpoint into a continuation of its state)."""
-    from ray.tune.schedulers import PopulationBasedTraining
+    from elastic_train.sweep.relay import LastReportKeepsPBT
 
     s = cfg.sweep
-    return PopulationBasedTraining(time_attr="epoch", perturbation_interval=s.perturbation_interval,
-                                   hyperparam_mutations=pbt_mutations(cfg), quantile_fraction=s.quantile_fraction,
-                                   resample_probability=s.resample_probability, synch=s.synch)
+    return LastReportKeepsPBT(time_attr="epoch", perturbation_interval=s.perturbation_interval,
+                              hyperparam_mutations=pbt_mutations(cfg), quantile_fraction=s.quantile_fraction,
+                              resample_probability=s.resample_probability, synch=s.synch, max_t=cfg.train.epochs)
 
 
 def make_search(cfg: JobConfig) -> Any | None:

@@ -255,3 +255,19 @@ def test_pbt_scheduler_perturbs_the_swept_keys():
     assert pbt._perturbation_interval == 2 and pbt._quantile_fraction == 0.5 and pbt._time_attr == "epoch"
     assert set(pbt._hyperparam_mutations) == {"train.lr", "train.global_batch_size"}
     assert pbt._hyperparam_mutations["train.global_batch_size"] == [32, 64, 128, 256]
+
+
+def test_pbt_takes_no_decision_on_a_trials_last_report():
+    """Exploiting on the last report would restart the weak trial from the donor's final checkpoint with nothing
+    left to train (seen with sweep.synch=true): at epoch == train.epochs the scheduler lets the trial finish."""
+    from ray.tune.schedulers import TrialScheduler
+
+    cfg = load("sweep.scheduler=pbt", "sweep.perturbation_interval=1", "sweep.synch=true")
+    validate_sweep(cfg)
+    pbt = make_scheduler(cfg)
+    pbt.set_search_properties(cfg.sweep.metric, cfg.sweep.mode)
+    last = {"epoch": cfg.train.epochs, cfg.sweep.metric: 1.0}
+    # no controller and no trial state are needed: the decision is made before PBT looks at either
+    assert pbt.on_trial_result(None, None, last) == TrialScheduler.CONTINUE
+    with pytest.raises((AttributeError, KeyError, TypeError)):  # an earlier report goes on to PBT's own logic
+        pbt.on_trial_result(None, None, {**last, "epoch": cfg.train.epochs - 1})
