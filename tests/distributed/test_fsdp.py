@@ -83,7 +83,7 @@ def test_fsdp_crash_mid_run_ends_bitwise_equal(reference, monkeypatch):
     tmp, fsdp = reference
     marker = tmp / "fault-fired"
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=15,rank=1,marker={marker},mode=exit")
-    crashed = run(tmp, "crashed", FSDP)
+    crashed = run(tmp, "fsdp-crashed", FSDP)
     assert marker.exists(), "the fault never fired"
     assert crashed["restarts"] == 1 and crashed["world_sizes"] == [2]
     assert crashed["params_sha256"] == fsdp["params_sha256"]

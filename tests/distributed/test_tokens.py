@@ -39,7 +39,7 @@ def clean(ray_module, session_home, tmp_path_factory):
     (tmp / "corpus.txt").write_text("\n\n".join(docs))
     index = prepare([str(tmp / "corpus.txt")], str(tmp / "shards"), PrepareSettings(vocab_size=300, val_fraction=0.1),
                     workers=2)
-    return tmp, index, _run(tmp, tmp / "shards", index["vocab_size"], "clean")
+    return tmp, index, _run(tmp, tmp / "shards", index["vocab_size"], "tokens-clean")
 
 
 def test_a_step_budget_on_shards_crosses_epochs_stops_exactly_and_a_crash_resumes_bitwise(clean, monkeypatch):
@@ -52,7 +52,7 @@ def test_a_step_budget_on_shards_crosses_epochs_stops_exactly_and_a_crash_resume
     assert two["final_metrics"]["val_loss"] < math.log(index["vocab_size"]) - 0.5  # below a uniform guess
     marker = tmp / "fault-fired"
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=13,rank=1,marker={marker},mode=exit")
-    crashed = _run(tmp, tmp / "shards", index["vocab_size"], "crashed")
+    crashed = _run(tmp, tmp / "shards", index["vocab_size"], "tokens-crashed")
     assert marker.exists() and crashed["restarts"] == 1 and crashed["steps"] == 24
     assert crashed["params_sha256"] == two["params_sha256"]  # same windows in the same order, same updates
     lr = MlflowClient(tracking_uri=crashed["tracking_uri"]).get_metric_history(crashed["mlflow_run_id"], "lr")
@@ -75,9 +75,9 @@ def test_generate_reads_the_tokenizer_the_checkpoint_carries_and_the_run_holds_t
     profile = json.loads(dataset.profile)
     assert dataset.name == "tokens" and json.loads(dataset.source)["uri"] == str(tmp / "shards")
     assert profile["train_tokens"] == index["train"]["tokens"] and profile["documents"] == index["documents"]
-    assert (tmp / "clean" / two["checkpoint"].rsplit("/", 1)[1] / "tokenizer.json").is_file()
+    assert (tmp / "tokens-clean" / two["checkpoint"].rsplit("/", 1)[1] / "tokenizer.json").is_file()
     out = tmp / "gen.json"
-    assert generate.main(["--checkpoint", str(tmp / "clean"), "--prompt", "the cat", "--max-new-tokens", "20",
+    assert generate.main(["--checkpoint", str(tmp / "tokens-clean"), "--prompt", "the cat", "--max-new-tokens", "20",
                           "--temperature", "0", "--json", str(out)]) == 0
     sample = json.loads(out.read_text())["samples"][0]
     assert sample and set(sample.split()) <= set(WORDS) | {w + "." for w in WORDS} | {"."}, sample

@@ -93,7 +93,7 @@ def test_three_faults_of_three_kinds_end_bitwise_equal_and_exactly_once(runs, mo
     markers, trace = tmp / "faults", tmp / "crashed-trace"
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=8,rank=1,mode=exit; step=9,rank=0,mode=raise; "
                                               f"step=12,rank=1,mode=save; markers={markers}")
-    crashed = run_job(tmp, "crashed", "scaling.num_workers=2", "checkpoint.every_steps=5", "failure.max_failures=5",
+    crashed = run_job(tmp, "faults3", "scaling.num_workers=2", "checkpoint.every_steps=5", "failure.max_failures=5",
                       f"data.trace_path={trace}")
     fired = sorted(json.loads(p.read_text())["step"] for p in markers.glob("fault-*.json"))
     assert fired == [8, 9, 15], fired
