@@ -325,9 +325,9 @@ def test_a_placement_group_outlives_its_killed_creator_until_the_reaper_removes_
     wait_for(lambda: placement_group_table()[pg_id]["state"] == "REMOVED", 30, "the group to be removed")
 
 
-@pytest.mark.skip(reason="issue 14, open: a PBT decision on a trial's final report (epoch == train.epochs) restarts "
-                         "the clone with nothing left to train (its row: 0 epochs, no checkpoint); fix run_trial, "
-                         "then enable (exploits at epochs 1 and 2 were seen working, 2026-12-02)")
+@pytest.mark.skip(reason="issue 14, open: 348-473 s under load, over the suite's budget; exploits at epochs 1 and 2 "
+                         "were seen working (2026-12-02); the fix for a decision on the final report "
+                         "(LastReportKeepsPBT, unit-tested) is not yet verified here end to end")
 def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_session, home):
     """Two 1-worker trials (lr 1e-2 and 1e-5), 3 epochs, a synchronous PBT decision every epoch (asynchronous PBT
     skips a decision when the strong trial's report comes after the weak one's): the weak trial continues from
