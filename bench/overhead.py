@@ -75,27 +75,15 @@ def plain_gpt_loop(epochs: int, samples: int) -> dict[str, float]:
     model = build_model(cfg, bundle.spec)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     loader = DataLoader(TensorDataset(bundle.train.x, bundle.train.y), batch_size=12, shuffle=True, drop_last=True)
-    step, samples_timed, t0, rates = 0, 0, None, []
-    for _ in range(epochs):
-        t_step = time.perf_counter()
-        for x, y in loader:
-            opt.zero_grad(set_to_none=True)
-            logits = model(x)
-            loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            now = time.perf_counter()
-            if step == WARMUP_STEPS:
-                t0 = now
-            elif step > WARMUP_STEPS:
-                samples_timed += len(x)
-                rates.append(len(x) / (now - t_step))
-            t_step = now
-    elapsed = time.perf_counter() - t0
-    return {"samples_per_second": samples_timed / elapsed, "samples_per_second_median": statistics.median(rates),
-            "final_loss": loss.item(), "steps": step}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        return loss
+
+    return timed_loop(epochs, loader, opt, step)
 
 
 def plain_loop(epochs: int, samples: int, case: str = "mlp") -> dict[str, float]:
@@ -113,13 +101,24 @@ def plain_loop(epochs: int, samples: int, case: str = "mlp") -> dict[str, float]
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loader = DataLoader(TensorDataset(bundle.train.x, bundle.train.y), batch_size=256, shuffle=True, drop_last=True)
     loss_fn = nn.CrossEntropyLoss()
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        return loss
+
+    return timed_loop(epochs, loader, opt, step)
+
+
+def timed_loop(epochs: int, loader: DataLoader, opt: torch.optim.Optimizer, step_fn) -> dict[str, float]:
+    """Both plain loops: ``step_fn(x, y)`` (forward + backward, returns the loss) then the optimizer step, timed
+    per step after WARMUP_STEPS; a step's time includes fetching its batch, as the engine's windows do."""
     step, samples_timed, t0, rates = 0, 0, None, []
     for _ in range(epochs):
         t_step = time.perf_counter()
-        for x, y in loader:  # the step's time includes fetching its batch, as the engine's windows do
+        for x, y in loader:
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
+            loss = step_fn(x, y)
             opt.step()
             step += 1
             now = time.perf_counter()
