@@ -69,6 +69,13 @@ def common_parser(description: str, epilog: str = "", prog: str | None = None) -
     return p
 
 
+def add_model_source(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint PATH | --model URI`` (exactly one): where jobs.evaluate and jobs.generate load a model from."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder, or a run folder (its latest)")
+    source.add_argument("--model", metavar="URI", help="an MLflow model: models:/NAME/VERSION or runs:/RUN_ID/model")
+
+
 def print_config(cfg: Any) -> int:
     """The resolved config as YAML on stdout (feed it back with ``--config``); exit 0."""
     import yaml

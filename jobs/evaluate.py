@@ -18,14 +18,12 @@ from __future__ import annotations
 import sys
 import time
 
-from jobs._cli import EXIT_OK, ArgumentParser, common_parser, guarded, print_config, write_json
+from jobs._cli import EXIT_OK, ArgumentParser, add_model_source, common_parser, guarded, print_config, write_json
 
 
 def build_parser(prog: str = "python -m jobs.evaluate") -> ArgumentParser:
     parser = common_parser(__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], prog=prog)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder, or a run folder (latest checkpoint)")
-    source.add_argument("--model", metavar="URI", help="an MLflow model: models:/NAME/VERSION or runs:/RUN_ID/model")
+    add_model_source(parser)
     parser.add_argument("--summary-json", metavar="PATH", help="write the metrics here")
     return parser
 

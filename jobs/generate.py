@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from jobs._cli import EXIT_OK, ArgumentParser, guarded, write_json
+from jobs._cli import EXIT_OK, ArgumentParser, add_model_source, guarded, write_json
 
 
 def build_parser(prog: str = "python -m jobs.generate") -> ArgumentParser:
@@ -21,9 +21,7 @@ def build_parser(prog: str = "python -m jobs.generate") -> ArgumentParser:
 
     p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", metavar="PATH", help="a checkpoint folder, or a run folder (its latest)")
-    source.add_argument("--model", metavar="URI", help="an MLflow model: models:/NAME/VERSION or runs:/RUN_ID/model")
+    add_model_source(p)
     p.add_argument("--prompt", default="", help="text to continue (default: start from end-of-text)")
     p.add_argument("--max-new-tokens", type=int, default=100, help="tokens to generate (default 100)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
