@@ -192,7 +192,7 @@ def track(ctx: RunContext, kind: str = "train", parent_run_id: str | None = None
         backend.check()
         spec, resumed = backend.start_run(
             t.experiment, ctx.run_name, kind=kind, spool_path=_spool_path(ctx), parent_run_id=parent_run_id,
-            system_metrics=t.system_metrics, log_every_steps=t.log_every_steps,
+            system_metrics=t.system_metrics, log_every_steps=t.log_every_steps, storage=ctx.storage.uri(),
         )
     except TrackingUnavailable as e:
         if t.required:
