@@ -135,7 +135,7 @@ def _cfg(root, *extra):
                        "train.global_batch_size=12", *extra])
 
 
-def test_memmap_windows_read_the_shards_and_every_epoch_is_a_permutation(corpus):
+def test_shard_windows_read_the_shards_and_every_epoch_is_a_permutation(corpus):
     root, docs, index, s = corpus
     cfg = _cfg(root, "data.val_tokens=40")
     bundle = build_data(cfg)
@@ -160,6 +160,32 @@ def test_memmap_windows_read_the_shards_and_every_epoch_is_a_permutation(corpus)
                     seen += [tuple(r) for r in xb.tolist()]
         steps = len(bundle.train) // 12
         assert len(seen) == len(set(seen)) == steps * 12  # no window twice, none skipped (but the ragged tail)
+
+
+def test_the_reader_holds_a_bounded_number_of_shards_open_and_a_truncated_shard_is_an_error(corpus, tmp_path):
+    import pickle
+
+    from elastic_train.data.tokens import split_windows
+
+    root, docs, index, s = corpus
+    assert len(index["train"]["shards"]) == 2
+    windows = split_windows(root / "shards", index, "train", 16)
+    windows.MAX_OPEN = 1
+    ids = np.random.default_rng(0).integers(0, len(windows), 200)
+    x, _ = windows.gather(ids)
+    assert sum(fd is not None for fd in windows._fds) == 1  # the older was closed as the other opened
+    assert torch.equal(x, split_windows(root / "shards", index, "train", 16).gather(ids)[0])
+    again = pickle.loads(pickle.dumps(windows))  # what a DataLoader worker or a Ray task gets: paths, no files
+    assert all(fd is None for fd in again._fds) and torch.equal(again.gather(ids)[0], x)
+    windows.close()
+    assert all(fd is None for fd in windows._fds)
+    last = index["train"]["shards"][-1]
+    short = tmp_path / "short.bin"
+    short.write_bytes((root / "shards" / last["file"]).read_bytes()[:100])
+    cut = split_windows(root / "shards", index, "train", 16)
+    cut.files[-1] = str(short)
+    with pytest.raises(OSError, match="short read"):
+        cut.gather([len(cut) - 1])
 
 
 def test_training_on_shards_with_a_larger_vocabulary_than_the_model_is_refused(corpus):
