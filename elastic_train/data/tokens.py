@@ -15,6 +15,7 @@ reclaimable, is the only cache. Torch and numpy only.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import os
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 class TokenWindows(Dataset):
     """Non-overlapping windows of ``seq_len + 1`` tokens over a list of shard files, read on demand."""
 
+    MAX_OPEN = 256  # shard files held open at once (the oldest is closed beyond): far under any fd limit
+
     def __init__(self, files: list[str], tokens: list[int], dtype: str, seq_len: int, limit: int | None = None):
         self.files, self.dtype, self.t = list(files), np.dtype(dtype), seq_len
         per_shard = [max(0, (n - 1) // seq_len) for n in tokens]
@@ -43,24 +46,30 @@ class TokenWindows(Dataset):
         total = int(self.first[-1])
         self.n = total if limit is None else min(total, limit)
         self._fds: list[int | None] = [None] * len(self.files)
+        self._opened: collections.deque[int] = collections.deque()
 
     def __len__(self) -> int:
         return self.n
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers / Ray: ship paths, not open files
-        return {**self.__dict__, "_fds": [None] * len(self.files)}
+        return {**self.__dict__, "_fds": [None] * len(self.files), "_opened": collections.deque()}
 
     def _fd(self, k: int) -> int:
         fd = self._fds[k]
         if fd is None:
+            if len(self._opened) >= self.MAX_OPEN:
+                old = self._opened.popleft()
+                os.close(self._fds[old])
+                self._fds[old] = None
             fd = self._fds[k] = os.open(self.files[k], os.O_RDONLY)
+            self._opened.append(k)
         return fd
 
     def close(self) -> None:
-        for k, fd in enumerate(self._fds):
-            if fd is not None:
-                self._fds[k] = None
-                os.close(fd)
+        while self._opened:
+            k = self._opened.popleft()
+            fd, self._fds[k] = self._fds[k], None
+            os.close(fd)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
