@@ -325,9 +325,6 @@ def test_a_placement_group_outlives_its_killed_creator_until_the_reaper_removes_
     wait_for(lambda: placement_group_table()[pg_id]["state"] == "REMOVED", 30, "the group to be removed")
 
 
-@pytest.mark.skip(reason="issue 14, open: 348-473 s under load, over the suite's budget; exploits at epochs 1 and 2 "
-                         "were seen working (2026-12-02); the fix for a decision on the final report "
-                         "(LastReportKeepsPBT, unit-tested) is not yet verified here end to end")
 def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_session, home):
     """Two 1-worker trials (lr 1e-2 and 1e-5), 3 epochs, a synchronous PBT decision every epoch (asynchronous PBT
     skips a decision when the strong trial's report comes after the weak one's): the weak trial continues from
@@ -336,8 +333,8 @@ def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_
 
     trace = home / "trace"
     summary = run_sweep(home, "pbt", "sweep.search=grid", "sweep.scheduler=pbt", "sweep.perturbation_interval=1",
-                        "sweep.quantile_fraction=0.5", "sweep.resample_probability=0", "train.epochs=3",
-                        "sweep.synch=true", "scaling.num_workers=1",
+                        "sweep.quantile_fraction=0.5", "sweep.resample_probability=0", "train.epochs=2",
+                        "sweep.synch=true", "scaling.num_workers=2", "scaling.resources_per_worker={CPU: 0.5}",
                         "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}", f"data.trace_path={trace}")
     assert summary["scheduler"] == "pbt" and {t["status"] for t in summary["trials"]} == {"FINISHED"}
     kids = {k.data.tags["elastic_train.run_name"]: k for k in children(summary)}
@@ -362,5 +359,5 @@ def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_
     # ... and the clone went on from it to the end, with its own (perturbed) learning rate.
     run = RunStorage(summary["storage_path"], clone)
     meta = json.loads(run.read_text(f"{run.checkpoints()[-1]}/meta.json"))
-    assert meta["run_name"] == clone and meta["progress"]["epoch"] == 3 and meta["progress"]["global_step"] > at_step
+    assert meta["run_name"] == clone and meta["progress"]["epoch"] == 2 and meta["progress"]["global_step"] > at_step
     assert "hp.train.lr" in kids[clone].data.metrics

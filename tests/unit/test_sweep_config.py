@@ -271,3 +271,22 @@ def test_pbt_takes_no_decision_on_a_trials_last_report():
     assert pbt.on_trial_result(None, None, last) == TrialScheduler.CONTINUE
     with pytest.raises((AttributeError, KeyError, TypeError)):  # an earlier report goes on to PBT's own logic
         pbt.on_trial_result(None, None, {**last, "epoch": cfg.train.epochs - 1})
+
+
+def test_pbt_schedules_in_csv_and_plot(tmp_path):
+    """A PBT clone's row shows its weights' schedule (the donor's stretch, then its own) and where it came from."""
+    import csv
+
+    cfg = load("sweep.scheduler=pbt")
+    donor = [{"step": 0, "lr": 0.01, "global_batch_size": 64, "run_name": "trial-a_00001"}]
+    clone = [*donor, {"step": 11, "lr": 0.012, "global_batch_size": 64, "run_name": "trial-a_00000",
+                      "cloned_from": "trial-a_00001"}]
+    table = rows()[:2]
+    table[0].schedule, table[1].schedule = donor, clone
+    write_results_csv(table, cfg, tmp_path / "r.csv")
+    got = {r["trial_id"]: r for r in csv.DictReader((tmp_path / "r.csv").open())}
+    assert (got["a_00000"]["lr_schedule"], got["a_00000"]["batch_schedule"]) == ("0:0.01 11:0.012", "0:64")
+    assert got["a_00000"]["cloned_from"] == "trial-a_00001@11"
+    assert (got["a_00001"]["lr_schedule"], got["a_00001"]["cloned_from"]) == ("0:0.01", "")
+    plot_sweep(table, cfg, tmp_path / "p.png")  # three panels: the third draws the schedules
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
