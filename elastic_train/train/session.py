@@ -39,6 +39,7 @@ from elastic_train.train.state import (
     TrainState,
     checkpoint_dir_name,
     params_sha256,
+    schedule_entry,
     seed_everything,
 )
 from elastic_train.train.strategy import make_strategy
@@ -103,6 +104,8 @@ class Session:
         """Resume from the checkpoint in ``directory``; None: a fresh start, seeded per rank."""
         if directory is None:
             seed_everything(self.cfg.seed * 1000 + self.rank)
+            t = self.cfg.train
+            self.state.record.schedule = [schedule_entry(0, t.lr, t.global_batch_size, self.state.record.run_name)]
             return
         same_rng = self.state.load(directory, self.rank, map_location=self.device)
         if not same_rng:  # a new world size: derive this rank's RNG from the position, deterministically
@@ -113,7 +116,7 @@ class Session:
     def adopt(self, record: RunRecord) -> dict[str, Any]:
         """After :meth:`restore` from another run's checkpoint (a PBT clone): continue its state as this run, with
         this run's learning rate; this run's accounting starts afresh at the donor's position."""
-        origin = self.state.adopt(self.cfg.train.lr, record)
+        origin = self.state.adopt(self.cfg.train.lr, record, self.cfg.train.global_batch_size)
         self.restored = False
         t = self.cfg.train
         self.console.line(f"cloned from {origin['run_name']} at step {origin['global_step']} (epoch "
