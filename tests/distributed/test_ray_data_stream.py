@@ -1,0 +1,43 @@
+"""data.ray_mode=stream: Ray Data streamed through Ray Train workers, exactly once per epoch by sample id across a
+killed worker (the consumed ids travel in the checkpoint and are filtered out on resume)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from elastic_train.data.stream import val_mask
+from tests.distributed.conftest import run_job
+from tests.helpers.ray_data import write_digits_parquet
+from tests.helpers.trace import read_trace, stream_exactly_once_problems
+
+pytestmark = pytest.mark.distributed
+
+G, SEED = 128, 0
+
+
+def stream_overrides(path: Path, trace: Path) -> list[str]:
+    return ["data.name=ray", f"data.path={path}", "data.features=[pixels]", "data.feature_shape=[64]",
+            "data.id_column=id", "data.ray_mode=stream", f"data.trace_path={trace}"]
+
+
+def n_train(n: int) -> int:
+    return int((~val_mask(np.arange(n), 0.2, SEED)).sum())
+
+
+def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, tmp_path, monkeypatch, capsys):
+    n = write_digits_parquet(str(tmp_path / "digits"), files=4)
+    marker, trace = tmp_path / "fault-fired", tmp_path / "trace"
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=16,rank=1,marker={marker},mode=exit")
+    summary = run_job(home, "stream-fault", *stream_overrides(tmp_path / "digits", trace),
+                      "checkpoint.every_steps=5", "train.epochs=2")
+    out = capsys.readouterr().out
+    assert marker.exists(), "the fault never fired"
+    assert "streamed (data.ray_mode=stream)" in out
+    assert summary["restarts"] == 1
+    assert summary["final_metrics"]["val_accuracy"] > 0.5
+    records = read_trace(trace)
+    assert {r["epoch"] for r in records if "step" in r} == {0, 1}
+    assert stream_exactly_once_problems(records, n_train(n), G, epochs=2) == []
