@@ -113,6 +113,8 @@ class ConsumedIds:
 class StreamData:
     """One worker's micro-batches from a streamed split (see the module docstring); WorkerData's interface."""
 
+    VAL_CACHE_MAX_BYTES = 512 << 20
+
     def __init__(self, bundle: DataBundle, plan: BatchPlan, rank: int, seed: int, device: torch.device,
                  trace_path: str | None = None):
         assert isinstance(bundle.train, StreamSplit) and isinstance(bundle.val, StreamSplit)
@@ -122,6 +124,7 @@ class StreamData:
         self.shuffle_buffer = getattr(self.source, "shuffle_buffer", None)
         self.consumed = ConsumedIds()
         self._restored: dict[str, Any] | None = None
+        self._val_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._held: dict[str, Any] = {}  # rank 0 keeps each split (its coordinator actor) alive while it is read
         self._trace = open(f"{trace_path}.rank{rank}", "a") if trace_path else None  # noqa: SIM115
 
@@ -197,13 +200,28 @@ class StreamData:
         self._held.pop("train", None)
 
     def val_batches(self, batch_size: int, equal_counts: bool = False) -> Iterator[Batch]:
-        """This worker's part of the validation stream (the parts cover it exactly once)."""
+        """This worker's part of the validation stream (the parts cover it exactly once). The first pass keeps
+        this rank's part in host memory when it is at most ``VAL_CACHE_MAX_BYTES``; later checkpoints reuse it
+        instead of starting a Ray Data execution each time."""
         if equal_counts:
             raise RuntimeError("a streamed validation set cannot give every rank the same batch count (FSDP)")
+        if self._val_cache is not None:
+            for x, y in self._val_cache:
+                yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            return
         it = self._my_iterator("val", 0, None, equal=False)
+        cache: list[tuple[torch.Tensor, torch.Tensor]] | None = []
+        size = 0
         for x, y, _ in self.source.batches(it, batch_size, self.prefetch_batches, None, None):
+            if cache is not None:
+                size += x.nbytes + y.nbytes
+                if size <= self.VAL_CACHE_MAX_BYTES:
+                    cache.append((x, y))
+                else:
+                    cache = None
             yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         self._held.pop("val", None)
+        self._val_cache = cache
 
     # ------------------------------------------------------------------------------ trace
     def _record(self, epoch: int, step: int, ids: np.ndarray) -> None:
