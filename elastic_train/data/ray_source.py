@@ -119,6 +119,58 @@ def check_columns(job: JobConfig, names: set[str]) -> None:
         raise ConfigError("data.id_column", cfg.id_column, f"no such column (columns: {have})")
 
 
+FOOTERS_READ = 16  # Parquet: the uncompressed size is estimated from this many files' footers
+
+
+def data_bytes(fmt: str, found: RayFiles) -> int:
+    """The data set's size in memory, estimated: for Parquet from up to ``FOOTERS_READ`` files' footers (rows x
+    width for fixed-width columns, which dictionary encoding can shrink a thousandfold on disk; the uncompressed
+    size for the others), scaled to all files by file size; else the files' size."""
+    if fmt != "parquet":
+        return found.total_bytes
+    import pyarrow.parquet as pq
+
+    sample = found.files[:: max(1, len(found.files) // FOOTERS_READ)][:FOOTERS_READ]
+    try:
+        raw = on_disk = 0
+        for path in sample:
+            meta = pq.read_metadata(path, filesystem=found.fs)
+            raw += _decoded_bytes(meta)
+            on_disk += found.fs.get_file_info(path).size or 0
+    except Exception:  # noqa: BLE001 - an estimate only: the file size stands in
+        return found.total_bytes
+    return int(found.total_bytes * raw / on_disk) if on_disk else found.total_bytes
+
+
+def _fixed_width(t: Any) -> int | None:
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(t):
+        inner = _fixed_width(t.value_type)
+        return None if inner is None else inner * t.list_size
+    try:
+        return t.bit_width // 8 if t.bit_width >= 8 else None
+    except ValueError:  # variable width: strings, lists
+        return None
+
+
+def _decoded_bytes(meta: Any) -> int:
+    """One Parquet file's size decoded: rows x width for fixed-width columns, else their uncompressed size."""
+    schema = meta.schema.to_arrow_schema()
+    widths = {f.name: _fixed_width(f.type) for f in schema}
+    total = 0
+    for name, width in widths.items():
+        if width is not None:
+            total += width * meta.num_rows
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            if widths.get(col.path_in_schema.split(".")[0]) is None:
+                total += col.total_uncompressed_size
+    return total
+
+
 def object_store_bytes() -> float | None:
     """The connected cluster's object store size (None when Ray is not connected)."""
     import ray
@@ -132,15 +184,18 @@ def build_ray(job: JobConfig) -> DataBundle:
     """``data.ray_mode``: materialise (below) or stream (:func:`build_stream`); auto picks by size."""
     cfg = job.data
     found = validate(job)
-    mode, why = choose_mode(cfg.ray_mode, cfg.id_column, found.total_bytes, object_store_bytes())
+    size = data_bytes(cfg.format, found)
+    mode, why = choose_mode(cfg.ray_mode, cfg.id_column, size, object_store_bytes())
     if mode == "stream":
         if job.scaling.strategy == "fsdp":
             raise ConfigError("data.ray_mode", cfg.ray_mode, "streaming is not supported with scaling.strategy=fsdp "
                               "(its evaluation needs equal batch counts per rank); use data.ray_mode=materialize")
         check_stream_batches(job.train.global_batch_size, job.scaling.min_workers, job.scaling.max_workers)
-        return build_stream(job, found, why)
+        bundle = build_stream(job, found, why)
+        bundle.info["data_bytes"] = size
+        return bundle
     bundle = build_materialized(job, found)
-    bundle.info.update({"mode": "materialize", "mode_reason": why})
+    bundle.info.update({"mode": "materialize", "mode_reason": why, "data_bytes": size})
     return bundle
 
 

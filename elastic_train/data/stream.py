@@ -50,8 +50,8 @@ def choose_mode(requested: str, id_column: str | None, data_bytes: int, store_by
         return "materialize", "auto: object store size unknown"
     limit = MATERIALIZE_SHARE * store_bytes
     if data_bytes > limit:
-        return "stream", f"auto: {data_bytes / 1e6:.1f} MB of files > {limit / 1e6:.1f} MB (1/4 of the object store)"
-    return "materialize", f"auto: {data_bytes / 1e6:.1f} MB of files <= {limit / 1e6:.1f} MB (1/4 of the object store)"
+        return "stream", f"auto: {data_bytes / 1e6:.1f} MB in memory > {limit / 1e6:.1f} MB (1/4 of the object store)"
+    return "materialize", f"auto: {data_bytes / 1e6:.1f} MB in memory <= {limit / 1e6:.1f} MB (1/4 of the object store)"
 
 
 def check_stream_batches(global_batch: int, min_workers: int, max_workers: int) -> None:

@@ -92,7 +92,8 @@ class PreflightReport:
                      f"model: {self.model_parameters:,} parameters")
         if "files" in self.data:  # files read on the cluster (data.name=ray): where, and how big
             lines.append(f"  data read from {self.data.get('source')}: {self.data['files']} {self.data.get('format')} "
-                         f"file(s), {self.data.get('bytes', 0) / 1e6:.1f} MB; "
+                         f"file(s), {self.data.get('bytes', 0) / 1e6:.1f} MB "
+                         f"({self.data.get('data_bytes', 0) / 1e6:.1f} MB in memory); "
                          f"{'streamed' if self.data.get('mode') == 'stream' else 'materialised'} "
                          f"({self.data.get('mode_reason', '')})")
         for p in self.plans:
