@@ -159,9 +159,7 @@ def _decoded_bytes(meta: Any) -> int:
     schema = meta.schema.to_arrow_schema()
     widths = {f.name: _fixed_width(f.type) for f in schema}
     total = 0
-    for name, width in widths.items():
-        if width is not None:
-            total += width * meta.num_rows
+    total += sum(width * meta.num_rows for width in widths.values() if width is not None)
     for g in range(meta.num_row_groups):
         rg = meta.row_group(g)
         for c in range(rg.num_columns):
@@ -339,7 +337,9 @@ class StreamSource:
 
     def base(self) -> Any:
         """read -> optional preprocess (map_batches on Ray's CPU slots), no order kept: it is streamed."""
-        logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data's plan lines, in every worker
+        log = logging.getLogger("ray.data")
+        if log.getEffectiveLevel() < logging.WARNING:  # Ray Data's plan lines, in every worker
+            log.setLevel(logging.WARNING)
         ds = _read(self.fmt, self.found, preserve_order=False)
         if self.preprocess:
             fn = resolve_import(self.preprocess, "data.preprocess")

@@ -161,8 +161,12 @@ class StreamData:
     # ------------------------------------------------------------------------------ reading
     def _my_iterator(self, part: str, epoch: int, exclude: np.ndarray | None, equal: bool) -> Any:
         world = self.plan.world_size
-        splits = self.source.split(part, epoch, self.seed, world, exclude, equal) if self.rank == 0 else None
-        if world > 1:
+        shared = world > 1 and dist.is_available() and dist.is_initialized()
+        # Rank 0 builds the split and broadcasts it; without a process group (one worker, unit tests) each rank
+        # builds its own (a source whose split is deterministic gives every rank the same).
+        splits = self.source.split(part, epoch, self.seed, world, exclude, equal) if self.rank == 0 or not shared \
+            else None
+        if shared:
             box = [splits]
             dist.broadcast_object_list(box, src=0)
             splits = box[0]
