@@ -84,6 +84,15 @@ class DataConfig(Section):
     )
     preprocess_cpus: float = Field(1.0, gt=0.0, description="ray: CPUs per preprocess task (not the trainers').")
     preprocess_concurrency: int | None = Field(None, gt=0, description="ray: preprocess tasks at once; null = auto.")
+    ray_mode: Literal["auto", "materialize", "stream"] = Field(
+        "auto", description="ray: materialize (sorted in memory, bitwise resumable), stream (bigger than memory, "
+        "exactly once per epoch; needs data.id_column) or auto (stream when the files exceed a quarter of the "
+        "object store and data.id_column is set)."
+    )
+    ray_prefetch_batches: int = Field(2, ge=0, description="ray, stream: batches each worker reads ahead.")
+    ray_shuffle_buffer: int | None = Field(
+        None, gt=0, description="ray, stream: rows in each worker's local shuffle buffer (null = block order only)."
+    )
     trace_path: str | None = Field(
         None, description="Debug: append the sample ids each worker consumes per step to PATH.rank<r> (JSONL)."
     )

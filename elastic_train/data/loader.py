@@ -18,7 +18,18 @@ from torch.utils.data import DataLoader
 
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.sampler import ElasticSampler, _MicroBatchSampler
-from elastic_train.data.spec import Batch, DataBundle, Split, TensorSet
+from elastic_train.data.spec import Batch, DataBundle, Split, StreamSplit, TensorSet
+
+
+def worker_data(bundle: DataBundle, plan: BatchPlan, rank: int, seed: int, device: torch.device,
+                loader_workers: int = 2, trace_path: str | None = None) -> Any:
+    """The worker's data: :class:`WorkerData`, or :class:`~elastic_train.data.stream.StreamData` for a streamed
+    bundle (same interface, plus ``position`` / ``restore`` of the ids consumed mid-epoch)."""
+    if isinstance(bundle.train, StreamSplit):
+        from elastic_train.data.stream import StreamData
+
+        return StreamData(bundle, plan, rank, seed, device, trace_path)
+    return WorkerData(bundle, plan, rank, seed, device, loader_workers, trace_path)
 
 
 class WorkerData:
@@ -167,6 +178,13 @@ class WorkerData:
         if self._trace is not None:
             self._trace.write(json.dumps({"event": event, "rank": self.rank, "t": time.time()}) + "\n")
             self._trace.flush()
+
+    def position(self, epoch: int, step_in_epoch: int) -> dict[str, Any] | None:
+        """Nothing beyond (epoch, step): the order is a pure function of (seed, epoch)."""
+        return None
+
+    def restore(self, position: dict[str, Any] | None) -> None:
+        pass
 
     def close(self) -> None:
         if self._trace is not None:

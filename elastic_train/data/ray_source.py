@@ -32,7 +32,8 @@ import pyarrow.fs
 import torch
 
 from elastic_train.data import filesystems
-from elastic_train.data.spec import DataBundle, DataSpec, SourceInfo, TensorSet, split_indices
+from elastic_train.data.spec import DataBundle, DataSpec, SourceInfo, StreamSplit, TensorSet, split_indices
+from elastic_train.data.stream import check_stream_batches, choose_mode, val_mask
 from elastic_train.errors import ConfigError
 from elastic_train.plugins import resolve_import
 
@@ -118,10 +119,87 @@ def check_columns(job: JobConfig, names: set[str]) -> None:
         raise ConfigError("data.id_column", cfg.id_column, f"no such column (columns: {have})")
 
 
+FOOTERS_READ = 16  # Parquet: the uncompressed size is estimated from this many files' footers
+
+
+def data_bytes(fmt: str, found: RayFiles) -> int:
+    """The data set's size in memory, estimated: for Parquet from up to ``FOOTERS_READ`` files' footers (rows x
+    width for fixed-width columns, which dictionary encoding can shrink a thousandfold on disk; the uncompressed
+    size for the others), scaled to all files by file size; else the files' size."""
+    if fmt != "parquet":
+        return found.total_bytes
+    import pyarrow.parquet as pq
+
+    sample = found.files[:: max(1, len(found.files) // FOOTERS_READ)][:FOOTERS_READ]
+    try:
+        raw = on_disk = 0
+        for path in sample:
+            meta = pq.read_metadata(path, filesystem=found.fs)
+            raw += _decoded_bytes(meta)
+            on_disk += found.fs.get_file_info(path).size or 0
+    except Exception:  # noqa: BLE001 - an estimate only: the file size stands in
+        return found.total_bytes
+    return int(found.total_bytes * raw / on_disk) if on_disk else found.total_bytes
+
+
+def _fixed_width(t: Any) -> int | None:
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(t):
+        inner = _fixed_width(t.value_type)
+        return None if inner is None else inner * t.list_size
+    try:
+        return t.bit_width // 8 if t.bit_width >= 8 else None
+    except ValueError:  # variable width: strings, lists
+        return None
+
+
+def _decoded_bytes(meta: Any) -> int:
+    """One Parquet file's size decoded: rows x width for fixed-width columns, else their uncompressed size."""
+    schema = meta.schema.to_arrow_schema()
+    widths = {f.name: _fixed_width(f.type) for f in schema}
+    total = 0
+    total += sum(width * meta.num_rows for width in widths.values() if width is not None)
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            if widths.get(col.path_in_schema.split(".")[0]) is None:
+                total += col.total_uncompressed_size
+    return total
+
+
+def object_store_bytes() -> float | None:
+    """The connected cluster's object store size (None when Ray is not connected)."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    return ray.cluster_resources().get("object_store_memory")
+
+
 def build_ray(job: JobConfig) -> DataBundle:
-    """Read, preprocess and materialise the data set in a deterministic row order (see the module docstring)."""
+    """``data.ray_mode``: materialise (below) or stream (:func:`build_stream`); auto picks by size."""
     cfg = job.data
     found = validate(job)
+    size = data_bytes(cfg.format, found)
+    mode, why = choose_mode(cfg.ray_mode, cfg.id_column, size, object_store_bytes())
+    if mode == "stream":
+        if job.scaling.strategy == "fsdp":
+            raise ConfigError("data.ray_mode", cfg.ray_mode, "streaming is not supported with scaling.strategy=fsdp "
+                              "(its evaluation needs equal batch counts per rank); use data.ray_mode=materialize")
+        check_stream_batches(job.train.global_batch_size, job.scaling.min_workers, job.scaling.max_workers)
+        bundle = build_stream(job, found, why)
+        bundle.info["data_bytes"] = size
+        return bundle
+    bundle = build_materialized(job, found)
+    bundle.info.update({"mode": "materialize", "mode_reason": why, "data_bytes": size})
+    return bundle
+
+
+def build_materialized(job: JobConfig, found: RayFiles) -> DataBundle:
+    """Read, preprocess and materialise the data set in a deterministic row order (see the module docstring)."""
+    cfg = job.data
     ds = _read(cfg.format, found)
     if cfg.preprocess:
         fn = resolve_import(cfg.preprocess, "data.preprocess")
@@ -155,12 +233,13 @@ def build_ray(job: JobConfig) -> DataBundle:
     return DataBundle(TensorSet(x[tr], y[tr]), TensorSet(x[va], y[va]), spec, info, source)
 
 
-def _read(fmt: str, found: RayFiles) -> Any:
+def _read(fmt: str, found: RayFiles, preserve_order: bool = True) -> Any:
     import ray.data
 
     ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True  # the same rows in the same order, however tasks are scheduled
+    ctx.execution_options.preserve_order = preserve_order  # materialise: the same rows in the same order
     ctx.enable_progress_bars = False  # quiet when healthy (DESIGN invariant 10)
+    ctx.print_on_execution_start = False
     kwargs: dict[str, Any] = {"filesystem": found.fs}
     readers = {
         "parquet": ray.data.read_parquet, "csv": ray.data.read_csv, "json": ray.data.read_json,
@@ -216,3 +295,140 @@ def _order(job: JobConfig, arrays: dict[str, np.ndarray]) -> tuple[torch.Tensor,
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[-1] if text else ''}"
+
+
+# ---------------------------------------------------------------------------------------- stream mode
+
+
+@dataclass
+class StreamSource:
+    """Everything a worker needs to read its share of a streamed split (picklable: it travels in the bundle).
+
+    Per epoch, rank 0 builds ``read -> [preprocess] -> keep this part's rows (and drop the ids already consumed)
+    -> randomize_block_order(seed, epoch) -> streaming_split(world)`` and broadcasts the split's iterators
+    (:class:`~elastic_train.data.stream.StreamData`); every rank reads its own with ``iter_batches``.
+    """
+
+    fmt: str
+    found: RayFiles
+    features: list[str]
+    label: str
+    id_column: str
+    feature_shape: list[int] | None
+    preprocess: str | None
+    preprocess_cpus: float
+    preprocess_concurrency: int | None
+    val_fraction: float
+    seed: int
+    prefetch_batches: int = 2
+    shuffle_buffer: int | None = None
+
+    @classmethod
+    def of(cls, job: JobConfig, found: RayFiles) -> StreamSource:
+        c = job.data
+        assert c.id_column is not None
+        return cls(c.format, found, list(c.features), c.label, c.id_column, c.feature_shape, c.preprocess,
+                   c.preprocess_cpus, c.preprocess_concurrency, c.val_fraction, job.seed, c.ray_prefetch_batches,
+                   c.ray_shuffle_buffer)
+
+    @property
+    def columns(self) -> list[str]:
+        return [*self.features, self.label, self.id_column]
+
+    def base(self) -> Any:
+        """read -> optional preprocess (map_batches on Ray's CPU slots), no order kept: it is streamed."""
+        log = logging.getLogger("ray.data")
+        if log.getEffectiveLevel() < logging.WARNING:  # Ray Data's plan lines, in every worker
+            log.setLevel(logging.WARNING)
+        ds = _read(self.fmt, self.found, preserve_order=False)
+        if self.preprocess:
+            fn = resolve_import(self.preprocess, "data.preprocess")
+            ds = ds.map_batches(fn, batch_format="numpy", num_cpus=self.preprocess_cpus,
+                                concurrency=self.preprocess_concurrency)
+        return ds
+
+    def part(self, part: str, exclude: np.ndarray | None = None) -> Any:
+        """The rows of ``part`` ("train" or "val", by a seeded hash of the id), less the ids in ``exclude``."""
+        columns, id_column, fraction, seed, want_val = self.columns, self.id_column, self.val_fraction, self.seed, \
+            part == "val"
+        excluded = None if exclude is None or len(exclude) == 0 else np.sort(np.asarray(exclude))
+
+        def pick(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            ids = batch[id_column]
+            keep = val_mask(ids, fraction, seed) == want_val
+            if excluded is not None:
+                keep &= ~np.isin(ids, excluded, assume_unique=False)
+            return {c: batch[c][keep] for c in columns}
+
+        return self.base().map_batches(pick, batch_format="numpy", zero_copy_batch=True)
+
+    def split(self, part: str, epoch: int, seed: int, world: int, exclude: np.ndarray | None,
+              equal: bool) -> list[Any]:
+        ds = self.part(part, exclude)
+        if part == "train":
+            ds = ds.randomize_block_order(seed=(seed * 1_000_003 + epoch) % 2**31)
+        return ds.streaming_split(world, equal=equal)
+
+    def batches(self, it: Any, batch_size: int, prefetch: int, shuffle_buffer: int | None,
+                shuffle_seed: int | None) -> Iterator[tuple[torch.Tensor, torch.Tensor, np.ndarray]]:
+        for batch in it.iter_batches(batch_size=batch_size, batch_format="numpy", prefetch_batches=prefetch,
+                                     local_shuffle_buffer_size=shuffle_buffer,
+                                     local_shuffle_seed=shuffle_seed if shuffle_buffer else None, drop_last=False):
+            x, y = self.tensors(batch)
+            yield x, y, np.asarray(batch[self.id_column])
+
+    def tensors(self, batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        n = len(batch[self.label])
+        feats = []
+        for c in self.features:
+            col = batch[c]
+            if col.dtype == object:
+                col = np.stack([np.asarray(v) for v in col]) if n else np.zeros((0, 1))
+            feats.append(col.reshape(n, -1).astype(np.float32))
+        x = torch.from_numpy(np.concatenate(feats, axis=1) if len(feats) > 1 else feats[0])
+        if self.feature_shape:
+            x = x.reshape(n, *self.feature_shape)
+        return x, torch.from_numpy(np.asarray(batch[self.label]).astype(np.int64))
+
+
+def build_stream(job: JobConfig, found: RayFiles, why: str) -> DataBundle:
+    """A streamed bundle: no rows in memory. The driver reads a few rows (columns, shapes) and makes one counting
+    pass over the id and label columns (train/val sizes, classes); workers stream the rest."""
+    cfg = job.data
+    src = StreamSource.of(job, found)
+    try:
+        with _quiet_ray_data():
+            base = src.base()
+            head = base.limit(4).take_batch(4, batch_format="numpy")
+            check_columns(job, set(head))
+            n_train = n_val = 0
+            top = 0
+            for batch in base.select_columns([src.id_column, src.label]).iter_batches(
+                    batch_format="numpy", batch_size=65536):
+                held = val_mask(batch[src.id_column], cfg.val_fraction, job.seed)
+                n_val += int(held.sum())
+                n_train += int((~held).sum())
+                if len(held):
+                    top = max(top, int(np.asarray(batch[src.label]).max()))
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a preprocess that raises, or an unreadable file
+        field_name = "data.preprocess" if cfg.preprocess else "data.path"
+        raise ConfigError(field_name, cfg.preprocess or cfg.path, f"reading failed: {_first_line(e)}") from None
+    try:
+        x, _ = src.tensors(head)
+    except ValueError as e:
+        raise ConfigError("data.feature_shape", cfg.feature_shape, f"does not hold the features: {e}") from None
+    spec = DataSpec("classification", tuple(x.shape[1:]), max(top + 1, 2))
+    columns = src.columns
+    source = SourceInfo(
+        name=f"ray:{cfg.format}", uri=cfg.path or "", digest=found.listing_digest,
+        schema={c: str(np.asarray(head[c]).dtype) for c in columns}, num_rows=n_train + n_val,
+        profile={"files": len(found.files), "bytes": found.total_bytes, "listing_digest": found.listing_digest,
+                 "preprocess": cfg.preprocess or "", "mode": "stream"},
+    )
+    info = {"source": cfg.path, "format": cfg.format, "files": len(found.files), "bytes": found.total_bytes,
+            "mode": "stream", "mode_reason": why}
+    example = x[:2].numpy()
+    return DataBundle(StreamSplit(src, n_train, example, "train"), StreamSplit(src, n_val, example, "val"),
+                      spec, info, source)

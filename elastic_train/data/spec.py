@@ -40,7 +40,22 @@ class TensorSet:
         return self.x.nbytes + self.y.nbytes
 
 
-Split = TensorSet | Dataset
+@dataclass
+class StreamSplit:
+    """A split read as a stream (``data.name=ray`` with ``data.ray_mode=stream``): no rows in memory, only what a
+    worker needs to read its share (``source``, opaque here: :class:`elastic_train.data.ray_source.StreamSource`),
+    the row count found by the driver's counting pass, and a few inputs for a model signature."""
+
+    source: Any
+    num_rows: int
+    example: np.ndarray
+    part: str = "train"  # "train" | "val"
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+
+Split = TensorSet | Dataset | StreamSplit
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -111,4 +126,6 @@ def as_numpy_example(bundle: DataBundle, n: int = 2) -> np.ndarray:
     """A few training inputs, for an MLflow model signature and input example."""
     if isinstance(bundle.train, TensorSet):
         return bundle.train.x[:n].cpu().numpy()
+    if isinstance(bundle.train, StreamSplit):
+        return bundle.train.example[:n]
     return np.stack([np.asarray(bundle.train[i][0]) for i in range(min(n, len(bundle.train)))])

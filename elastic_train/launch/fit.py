@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elastic_train.data import DataBundle, TensorSet
+from elastic_train.data.spec import StreamSplit
 from elastic_train.launch import timeline
 from elastic_train.launch.context import RunContext
 from tracking import backend_for
@@ -113,6 +114,7 @@ def share_data(bundle: DataBundle | None) -> Any | None:
     """Put the driver's dataset in the object store so workers skip rebuilding it (None if it won't pickle)."""
     import ray
 
-    if bundle is None or not (isinstance(bundle.train, TensorSet) and isinstance(bundle.val, TensorSet)):
+    shareable = (TensorSet, StreamSplit)  # rows in memory, or a stream's small reading instructions
+    if bundle is None or not (isinstance(bundle.train, shareable) and isinstance(bundle.val, shareable)):
         return None
     return ray.put(bundle)

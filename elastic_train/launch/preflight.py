@@ -92,7 +92,10 @@ class PreflightReport:
                      f"model: {self.model_parameters:,} parameters")
         if "files" in self.data:  # files read on the cluster (data.name=ray): where, and how big
             lines.append(f"  data read from {self.data.get('source')}: {self.data['files']} {self.data.get('format')} "
-                         f"file(s), {self.data.get('bytes', 0) / 1e6:.1f} MB")
+                         f"file(s), {self.data.get('bytes', 0) / 1e6:.1f} MB "
+                         f"({self.data.get('data_bytes', 0) / 1e6:.1f} MB in memory); "
+                         f"{'streamed' if self.data.get('mode') == 'stream' else 'materialised'} "
+                         f"({self.data.get('mode_reason', '')})")
         for p in self.plans:
             lines.append(f"  batch plan W={p.world_size}: {p}")
         lines += [f"  warning: {w}" for w in self.warnings]
@@ -173,10 +176,27 @@ def check_cluster(cfg: JobConfig, storage_path: str, bundle: DataBundle, n_param
         raise ConfigError("scaling.use_gpu", cfg.scaling.use_gpu, "the cluster has no GPUs")
     report.fit_workers = workers_that_fit(nodes, report.resources_per_worker, totals)
     _check_fit(cfg, report)
+    _check_stream_cpus(cfg, report)
     if use_gpu:
         _probe_torch_gpus(report)
     report.storage_shared = check_storage(storage_path, nodes)
     return report
+
+
+def _check_stream_cpus(cfg: JobConfig, report: PreflightReport) -> None:
+    """A streamed data set is read by Ray Data tasks while the workers train: they need a CPU the workers leave."""
+    if report.data.get("mode") != "stream":
+        return
+    workers = min(report.requested[1], max(report.fit_workers, report.requested[0]))
+    spare = report.total_cpus - workers * report.resources_per_worker.get("CPU", 0.0)
+    if spare >= 1.0:
+        return
+    reason = (f"{workers} worker(s) x {report.resources_per_worker} leave {spare:g} of {report.total_cpus:g} CPUs; "
+              "a streamed data set (data.ray_mode=stream) needs at least 1 free CPU for Ray Data's read tasks")
+    if cfg.scaling.autoscaling:
+        report.warnings.append(reason)
+        return
+    raise ConfigError("scaling.num_workers", cfg.scaling.num_workers, reason)
 
 
 def _check_fit(cfg: JobConfig, report: PreflightReport) -> None:

@@ -14,6 +14,8 @@ Two lines a healthy run would otherwise show:
   once at ``import ray`` and is off with ``RAY_DEDUP_LOGS=0``), so :func:`filter_forwarded_lines` wraps the
   driver's print handler in Ray's private stdstream dispatcher; if a Ray upgrade moves it, nothing is wrapped
   and the line is printed again (no error).
+* Ray Data's ``Progress bars disabled...`` and ``Dataset ... execution finished in N seconds`` from the
+  SplitCoordinator actors of a streamed run (``data.ray_mode=stream``): one per epoch and per validation pass.
 * ``Failed to send resource request for train-...`` and its ``GetTimeoutError`` traceback: a WARNING from the
   Train controller when its 5 s call to Ray's autoscaling coordinator times out, which happens when the CPUs are
   saturated (Ray's own message: "safe to ignore" then). Only that exact block (the message, its traceback, ending
@@ -36,6 +38,10 @@ BENIGN_RAY_MESSAGES = ("Token authentication is enabled for this Ray cluster",)
 BENIGN_FORWARDED_LINES = re.compile(
     r"Actor with class name: 'PreemptionWatcher' .*has constructor arguments in the object store"
     r".*ray-project/ray/issues/53727"
+    # Ray Data in a streamed run's SplitCoordinator actors (data.ray_mode=stream): its INFO summary per epoch
+    # and the note that progress bars are off (we turn them off), forwarded from the actor's own logger.
+    r"|Progress bars disabled\. To enable, set `ray\.data\.DataContext"
+    r"|Dataset \S+ execution finished in [0-9.]+ seconds$"
 )
 
 

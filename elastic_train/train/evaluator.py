@@ -15,7 +15,7 @@ from torch import nn
 
 from elastic_train.data import DataSpec
 from elastic_train.data.batching import BatchPlan
-from elastic_train.data.loader import WorkerData
+from elastic_train.data.loader import worker_data
 from elastic_train.models import build_model
 from elastic_train.train.loop import Batch, Precision, evaluate
 from elastic_train.train.metrics import eval_metrics
@@ -48,7 +48,7 @@ def evaluate_weights(
     model.load_state_dict(weights)
     model.to(device)
     plan = BatchPlan(max(cfg.train.global_batch_size, world), world)
-    data = WorkerData(bundle, plan, rank, cfg.seed, device, loader_workers=0)
+    data = worker_data(bundle, plan, rank, cfg.seed, device, loader_workers=0)
     batches = data.val_batches(eval_batch_size(bundle.spec))
     metrics, n = validate(model, batches, Precision.create(cfg.train.precision, device), device, world, bundle.spec)
     return metrics | {"val_samples": int(n), "world_size": world}

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from elastic_train.data.batching import BatchPlan
-from elastic_train.data.loader import WorkerData
+from elastic_train.data.loader import worker_data
 from elastic_train.models import build_model
 from elastic_train.train import metrics as metric_math
 from elastic_train.train.budget import Budget
@@ -85,7 +85,7 @@ class Session:
     def _build(self, record: RunRecord) -> None:
         cfg = self.cfg
         self.plan = BatchPlan(cfg.train.global_batch_size, self.world, cfg.train.micro_batch_size)
-        self.data = WorkerData(
+        self.data = worker_data(
             self.bundle, self.plan, self.rank, cfg.seed, self.device, cfg.data.loader_workers, cfg.data.trace_path
         )
         model = build_model(cfg, self.bundle.spec)
@@ -108,6 +108,7 @@ class Session:
             self.state.record.schedule = [schedule_entry(0, t.lr, t.global_batch_size, self.state.record.run_name)]
             return
         same_rng = self.state.load(directory, self.rank, map_location=self.device)
+        self.data.restore(self.state.data_position)  # a streamed source: the ids this epoch already consumed
         if not same_rng:  # a new world size: derive this rank's RNG from the position, deterministically
             seed_everything(self.cfg.seed * 1000 + self.rank + 7919 * self.state.progress.global_step)
         self.restored = True
@@ -245,6 +246,7 @@ class Session:
         metrics = self._checkpoint_metrics(reason)
         self.state.record.goodput = book.totals
         self.state.record.world_sizes = list(book.world_sizes)
+        self.state.data_position = self.data.position(p.epoch, p.step_in_epoch)  # a collective when streamed
         directory = tempfile.mkdtemp(prefix="elastic-train-ckpt-")
         tokenizer = self.bundle.info.get("tokenizer_file")
         if tokenizer and self.rank == 0:  # token shards: the checkpoint carries its tokenizer (jobs.generate)

@@ -155,6 +155,9 @@ class TrainState:
         # completed: the final train_loss is the same whether or not the run was interrupted.
         self.epoch_sums = [0.0, 0.0, 0.0]
         self.last_epoch_sums: list[float] | None = None
+        # A streamed source's place in the epoch beyond (epoch, step): the sample ids already consumed
+        # (elastic_train.data.stream); None for sources whose order is a pure function of (seed, epoch).
+        self.data_position: dict[str, Any] | None = None
 
     def record_epoch(self, totals: dict[str, float]) -> None:
         """Add a reduced window; at an epoch boundary the epoch's sums become the last completed."""
@@ -185,6 +188,7 @@ class TrainState:
             "record": asdict(self.record),
             "epoch_sums": self.epoch_sums,
             "last_epoch_sums": self.last_epoch_sums,
+            "data_position": self.data_position,
         }
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
@@ -196,6 +200,7 @@ class TrainState:
         self.progress = Progress(**sd["progress"])
         self.epoch_sums = list(sd["epoch_sums"])
         self.last_epoch_sums = sd["last_epoch_sums"]
+        self.data_position = sd.get("data_position")  # absent in checkpoints written before streaming
         rec = dict(sd["record"])
         rec["goodput"] = Goodput(**rec["goodput"])
         self.record = RunRecord(**rec)

@@ -39,3 +39,21 @@ def scale_pixels(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A preprocess: pixels 0..16 -> 0..1, as a new column ``x``."""
     batch["x"] = np.stack([np.asarray(p, dtype=np.float32) for p in batch["pixels"]]) / 16.0
     return batch
+
+
+def write_wide_parquet(dest: str, rows: int, width: int, files: int) -> int:
+    """``rows`` rows ``id, x (width float32s), label`` in ``files`` Parquet files: 4 * width bytes a row in
+    memory, but a few kB on disk (x is the label, repeated: compressible, and learnable). Returns the bytes in
+    memory."""
+    fs, base = filesystems.resolve(dest)
+    fs.create_dir(base, recursive=True)
+    for i in range(files):
+        ids = np.arange(i * rows // files, (i + 1) * rows // files, dtype=np.int64)
+        labels = ids % 2
+        x = np.repeat(labels.astype(np.float32), width)
+        pq.write_table(pa.table({
+            "id": pa.array(ids),
+            "x": pa.FixedSizeListArray.from_arrays(pa.array(x), width),
+            "label": pa.array(labels),
+        }), f"{base}/part-{i:03d}.parquet", filesystem=fs, row_group_size=250)
+    return rows * width * 4

@@ -40,3 +40,40 @@ def exactly_once_problems(records: list[dict], n_train: int, g: int, epochs: int
             problems.append(f"epoch {epoch}: {len(seen) - len(set(seen))} repeated, "
                             f"{(n_train // g) * g - len(set(seen))} missing")
     return problems
+
+
+def final_servings(records: list[dict]) -> dict[tuple[int, int], list[int]]:
+    """For a streamed source (exactly-once, not bitwise): the ids of each (epoch, step) as the worker group that
+    served it last saw them. A step served again after a restart (recomputed from a checkpoint) may hold other
+    samples than its lost first serving; the last serving is the one the final model trained on."""
+    by_step: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    for r in records:
+        if "step" in r:
+            by_step[(r["epoch"], r["step"])].append(r)
+    out: dict[tuple[int, int], list[int]] = {}
+    for key, rs in by_step.items():
+        last = max(rs, key=lambda r: r["t"])
+        w = last["world_size"]
+        parts = {}
+        for r in sorted(rs, key=lambda r: r["t"]):
+            if r["world_size"] == w:
+                parts[r["rank"]] = r["ids"]  # the latest serving per rank
+        out[key] = [i for rank in sorted(parts) for i in parts[rank]] if sorted(parts) == list(range(w)) else []
+    return out
+
+
+def stream_exactly_once_problems(records: list[dict], n_train: int, g: int, epochs: int) -> list[str]:
+    """What breaks "every epoch consumed floor(N/G)*G distinct samples, none twice" for a streamed source."""
+    served = final_servings(records)
+    problems = []
+    for epoch in range(epochs):
+        seen: list[int] = []
+        for step in range(n_train // g):
+            ids = served.get((epoch, step), [])
+            if len(ids) != g:
+                problems.append(f"epoch {epoch} step {step}: {len(ids)} ids from its last worker group, want {g}")
+            seen.extend(ids)
+        if len(seen) != len(set(seen)) or len(seen) != (n_train // g) * g:
+            problems.append(f"epoch {epoch}: {len(seen) - len(set(seen))} repeated, "
+                            f"{(n_train // g) * g - len(set(seen))} missing of {(n_train // g) * g}")
+    return problems

@@ -1,0 +1,72 @@
+"""data.ray_mode=stream: Ray Data streamed through Ray Train workers, exactly once per epoch by sample id across a
+killed worker (the consumed ids travel in the checkpoint and are filtered out on resume)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from elastic_train.data.stream import val_mask
+from tests.conftest import tiny
+from tests.distributed.conftest import run_job
+from tests.helpers.embedded_job import run_embedded
+from tests.helpers.ray_data import write_digits_parquet, write_wide_parquet
+from tests.helpers.trace import read_trace, stream_exactly_once_problems
+
+pytestmark = pytest.mark.distributed
+
+G, SEED = 128, 0
+
+
+def stream_overrides(path: Path, trace: Path) -> list[str]:
+    return ["data.name=ray", f"data.path={path}", "data.features=[pixels]", "data.feature_shape=[64]",
+            "data.id_column=id", "data.ray_mode=stream", f"data.trace_path={trace}"]
+
+
+def n_train(n: int) -> int:
+    return int((~val_mask(np.arange(n), 0.2, SEED)).sum())
+
+
+def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, tmp_path, monkeypatch, capsys):
+    n = write_digits_parquet(str(tmp_path / "digits"), files=4)
+    marker, trace = tmp_path / "fault-fired", tmp_path / "trace"
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=8,rank=1,marker={marker},mode=exit")
+    summary = run_job(home, "stream-fault", *stream_overrides(tmp_path / "digits", trace),
+                      "checkpoint.every_steps=3", "train.epochs=2")
+    out = capsys.readouterr().out
+    assert "execution finished" not in out and "Progress bars disabled" not in out  # Ray Data's lines: quiet
+    assert marker.exists(), "the fault never fired"
+    assert "streamed (data.ray_mode=stream)" in out
+    assert summary["restarts"] == 1
+    # resumed mid-epoch: the checkpoint's consumed ids were filtered out of the rest of epoch 1
+    assert re.search(r"resumed from checkpoint_\d+ \(epoch 1, step [1-9]", out), out
+    assert summary["final_metrics"]["val_accuracy"] > 0.5
+    records = read_trace(trace)
+    assert {r["epoch"] for r in records if "step" in r} == {0, 1}
+    assert stream_exactly_once_problems(records, n_train(n), G, epochs=2) == []
+
+
+STORE = 80_000_000  # Ray's minimum object store is 75 MiB (78.6 MB)
+
+
+def test_a_data_set_four_times_the_object_store_streams_through_an_epoch(home, tmp_path):
+    """Its own embedded Ray (a subprocess): 4 CPUs, an 80 MB object store; 20,000 rows of 16 kB = 328 MB in
+    memory (a few MB on disk). data.ray_mode=auto picks streaming from the Parquet footers' size."""
+    rows, width, g = 20_000, 4096, 512
+    in_memory = write_wide_parquet(str(tmp_path / "wide"), rows, width, files=20)
+    assert in_memory > 4 * STORE
+    trace, summary = tmp_path / "trace", tmp_path / "summary.json"
+    argv = ["--config", "configs/digits.yaml", *tiny(
+        "name=wide", f"checkpoint.storage_path={home}", "train.epochs=1", f"train.global_batch_size={g}",
+        "model.hidden_sizes=[16]", "data.name=ray", f"data.path={tmp_path / 'wide'}", "data.features=[x]",
+        "data.id_column=id", "data.ray_mode=auto", f"data.trace_path={trace}", "checkpoint.every_seconds=3600",
+    ), "--summary-json", str(summary)]
+    done = run_embedded(argv, num_cpus=4, object_store_memory=STORE, timeout_s=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "streamed (auto: " in done.stdout, done.stdout[-3000:]
+    assert json.loads(summary.read_text())["status"] == "FINISHED"
+    assert stream_exactly_once_problems(read_trace(trace), n_train(rows), g, epochs=1) == []

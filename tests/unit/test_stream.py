@@ -1,0 +1,123 @@
+"""data.ray_mode=stream without Ray: the mode choice, its config errors, the id-hash validation split and the
+consumed-id bookkeeping that makes a restart or a resize exactly once per epoch (with an in-memory stand-in for
+the Ray Data source)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from elastic_train.data.batching import BatchPlan
+from elastic_train.data.spec import DataBundle, DataSpec, StreamSplit
+from elastic_train.data.stream import ConsumedIds, StreamData, check_stream_batches, choose_mode, val_mask
+from elastic_train.errors import ConfigError
+
+MB = 1_000_000
+
+
+@pytest.mark.parametrize(("requested", "id_column", "size", "store", "mode"), [
+    ("materialize", "id", 10**12, 100 * MB, "materialize"),
+    ("stream", "id", 1, 100 * MB, "stream"),
+    ("auto", "id", 30 * MB, 100 * MB, "stream"),  # more than a quarter of the store
+    ("auto", "id", 20 * MB, 100 * MB, "materialize"),
+    ("auto", None, 10**12, 100 * MB, "materialize"),  # nothing to stream by
+    ("auto", "id", 10**12, None, "materialize"),  # not connected: no store size
+])
+def test_the_mode_choice(requested, id_column, size, store, mode):
+    got, why = choose_mode(requested, id_column, size, store)
+    assert got == mode and why
+
+
+def test_stream_without_an_id_column_names_data_id_column():
+    with pytest.raises(ConfigError) as e:
+        choose_mode("stream", None, 1, 100 * MB)
+    assert e.value.field == "data.id_column"
+
+
+def test_every_world_size_must_divide_the_global_batch():
+    check_stream_batches(128, 1, 2)
+    check_stream_batches(96, 1, 4)
+    with pytest.raises(ConfigError) as e:
+        check_stream_batches(128, 2, 3)
+    assert e.value.field == "train.global_batch_size" and "[3]" in str(e.value)
+
+
+def test_the_validation_split_is_a_seeded_hash_of_the_id():
+    ids = np.arange(100_000)
+    mask = val_mask(ids, 0.2, seed=0)
+    assert abs(mask.mean() - 0.2) < 0.01
+    assert (val_mask(ids[::-1], 0.2, 0) == mask[::-1]).all()  # per id, not per position
+    assert (val_mask(ids, 0.2, 1) != mask).any()
+    words = np.array([f"img-{i}" for i in range(2000)], dtype=object)
+    assert abs(val_mask(words, 0.5, 0).mean() - 0.5) < 0.05
+
+
+def test_consumed_ids_count_only_steps_before_the_checkpoint():
+    c = ConsumedIds()
+    c.start(3, before=np.array([1, 2]))
+    c.add(2, np.array([10, 11]))
+    c.add(3, np.array([12, 13]))  # prepared ahead, not consumed at step_in_epoch=3
+    assert c.local(3, 3).tolist() == [10, 11]
+    pos = c.position(3, 3, [c.local(3, 3), np.array([20, 21])])
+    assert pos["epoch"] == 3 and pos["step"] == 3 and sorted(pos["ids"].tolist()) == [1, 2, 10, 11, 20, 21]
+    assert c.position(4, 0, [])["ids"].size == 0  # at an epoch boundary nothing is consumed yet
+
+
+class FakeSource:
+    """Ray Data's role, in memory: an epoch's rows less the excluded ids, shuffled by (seed, epoch), cut into
+    ``world`` equal parts (the ragged rest dropped, as streaming_split(equal=True) does)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def split(self, part, epoch, seed, world, exclude, equal):
+        ids = np.arange(self.n)
+        if exclude is not None:
+            ids = ids[~np.isin(ids, exclude)]
+        ids = np.random.default_rng([seed, epoch, len(ids)]).permutation(ids)
+        m = len(ids) // world
+        return [ids[r * m:(r + 1) * m] for r in range(world)]
+
+    def batches(self, it, batch_size, prefetch, shuffle_buffer, seed) -> Iterator:
+        for a in range(0, len(it), batch_size):
+            ids = it[a:a + batch_size]
+            yield torch.tensor(ids, dtype=torch.float32)[:, None], torch.zeros(len(ids), dtype=torch.long), ids
+
+
+def stream_data(n: int, g: int, world: int, rank: int) -> StreamData:
+    src = FakeSource(n)
+    split = StreamSplit(src, n, np.zeros((1, 1), np.float32))
+    bundle = DataBundle(split, split, DataSpec("classification", (1,), 2))
+    return StreamData(bundle, BatchPlan(g, world), rank, seed=0, device=torch.device("cpu"))
+
+
+def test_a_resize_mid_epoch_consumes_every_sample_once():
+    """2 workers for 3 steps of an epoch, the checkpoint's gathered ids, then 1 worker from step 3: the epoch
+    consumed floor(N/G)*G distinct ids (recomputed steps after the checkpoint are not counted twice)."""
+    n, g, epoch = 1000, 64, 2
+    ranks = [stream_data(n, g, 2, r) for r in range(2)]
+    assert ranks[0].steps_per_epoch == n // g
+    served: dict[int, list[int]] = {}
+    for (s0, m0), (_, m1) in zip(ranks[0].epoch(epoch), ranks[1].epoch(epoch), strict=False):
+        served[s0] = [int(v) for m in (m0, m1) for x, _ in m for v in x[:, 0].tolist()]
+        if s0 == 4:  # steps 3 and 4 are lost in the "failure": the checkpoint was after step 2
+            break
+    gathered = [r.consumed.local(epoch, 3) for r in ranks]
+    pos = ranks[0].consumed.position(epoch, 3, gathered)
+    assert len(pos["ids"]) == 3 * g
+
+    one = stream_data(n, g, 1, 0)
+    one.restore(pos)
+    for step, micro in one.epoch(epoch, start_step=3):
+        served[step] = [int(v) for x, _ in micro for v in x[:, 0].tolist()]
+    ids = [i for s in range(n // g) for i in served[s]]
+    assert len(ids) == len(set(ids)) == (n // g) * g
+
+
+def test_a_resume_without_the_consumed_ids_is_refused():
+    d = stream_data(100, 10, 1, 0)
+    with pytest.raises(RuntimeError, match="no consumed ids"):
+        next(d.epoch(0, start_step=2))
