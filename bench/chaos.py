@@ -74,7 +74,8 @@ def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, worker
     MLflow server restarts at its end); windows never overlap, and an ``mlflow`` outage starts in the first
     half of the run so the server is back well before the end. Worker faults after the first node loss hit
     rank 0 (a rank the shrunk world lacks would never fire). With two faults or more the schedule holds at
-    least one worker fault and one campaign fault when ``kinds`` has both."""
+    least one worker fault and one campaign fault when ``kinds`` has both; with room for all (9 for the eight
+    kinds: a pair is two), every kind in ``kinds`` at least once."""
     rng = random.Random(seed)
     worker_kinds = tuple(k for k in kinds if k in WORKER_KINDS)
     campaign_kinds = tuple(k for k in kinds if k in CAMPAIGN_KINDS)
@@ -87,6 +88,9 @@ def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, worker
         left = n_faults - len(faults)
         have = {f["kind"] for f in faults}
         pool = kinds
+        missing = tuple(k for k in kinds if k not in have)
+        if n_faults >= _slots(kinds) and _slots(missing) >= left:  # room for every kind: make sure of it
+            pool = missing
         if left == 1 and n_faults >= 2 and worker_kinds and campaign_kinds:  # the mix: at least one of each
             if not have & set(campaign_kinds):
                 pool = campaign_kinds
@@ -122,6 +126,10 @@ def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, worker
         if f["kind"] in WORKER_KINDS and shrunk is not None and f["step"] >= shrunk:
             f["rank"] = 0
     return faults
+
+
+def _slots(kinds: tuple[str, ...]) -> int:
+    return sum(2 if k == "pair" else 1 for k in kinds)
 
 
 def fault_spec(schedule: list[dict], markers: Path, delay: float) -> str:
