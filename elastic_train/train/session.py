@@ -63,6 +63,7 @@ class Host:
     fault: FaultHook
     report: Callable[[dict[str, Any], str, str], None]  # (metrics, checkpoint folder, its fixed name)
     preemption_info: Callable[[], Any]  # None, or the preempted node ids and a deadline (a barrier)
+    ray_train_run_id: str | None = None  # into meta.json: a resumed driver releases this run's reservation
 
 
 class Session:
@@ -253,7 +254,8 @@ class Session:
             shutil.copyfile(tokenizer, os.path.join(directory, os.path.basename(tokenizer)))
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
-                                                    "batch_plan": self.plan.describe(), "reason": reason})
+                                                    "batch_plan": self.plan.describe(), "reason": reason,
+                                                    "ray_train_run_id": self.host.ray_train_run_id})
         self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0
