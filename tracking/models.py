@@ -60,6 +60,7 @@ def log_final_model(
 def load_logged_model(uri: str, tracking_uri: str) -> tuple[Any, dict[str, Any]]:
     """``(module, metadata)`` for a logged model URI (``models:/NAME/VERSION``, ``runs:/ID/model``, ...);
     ``metadata["extra_files"]`` maps the name of each file logged with it to its text."""
+    import os
     import tempfile
     from pathlib import Path
 
@@ -67,10 +68,18 @@ def load_logged_model(uri: str, tracking_uri: str) -> tuple[Any, dict[str, Any]]
     import mlflow.pytorch
 
     def load() -> tuple[Any, Any, dict[str, str]]:
-        with tempfile.TemporaryDirectory() as tmp:  # one download: the weights and the extra files
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp))
-            extra = {p.name: p.read_text() for p in sorted((local / "extra_files").glob("*")) if p.is_file()}
-            return mlflow.models.get_model_info(uri), mlflow.pytorch.load_model(str(local), map_location="cpu"), extra
+        bar, was = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+        os.environ[bar] = "false"  # a download into dst_path draws a progress bar: quiet when healthy
+        try:
+            with tempfile.TemporaryDirectory() as tmp:  # one download: the weights and the extra files
+                model = mlflow.pytorch.load_model(uri, dst_path=tmp, map_location="cpu")
+                extra = {p.name: p.read_text() for p in sorted(Path(tmp).glob("**/extra_files/*")) if p.is_file()}
+                return mlflow.models.get_model_info(uri), model, extra
+        finally:
+            if was is None:
+                os.environ.pop(bar, None)
+            else:
+                os.environ[bar] = was
 
     info, model, extra = _with_tracking_uri(tracking_uri, load)
     return model, dict(info.metadata or {}) | {"run_id": info.run_id, "extra_files": extra}
