@@ -5,7 +5,8 @@
     python -m jobs.generate --model models:/tiny-gpt/1 --prompt "The " --top-k 40 --seed 1 --num-samples 3
 
 The tokenizer is the one the model was trained with: tokenizer.json inside the checkpoint (copied there from the
-shards), else beside the shards at the run's data.path, else --tokenizer; byte-level for data.name=text. Runs
+shards) or inside the MLflow model (logged with it), else beside the shards at the run's data.path, else
+--tokenizer; byte-level for data.name=text. Runs
 on the GPU when there is one (--device to choose). Exit codes: 0 done, 2 bad input (the message names it).
 """
 

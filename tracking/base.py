@@ -94,12 +94,14 @@ class TrackingBackend(Protocol):
     def log_artifacts(self, spec: TrackingSpec, local_dir: str | Path, artifact_path: str | None = None) -> None: ...
 
     def log_model(self, spec: TrackingSpec, model: Any, input_example: Any, register_as: str | None,
-                  metadata: dict[str, Any]) -> dict[str, Any]:
-        """Log the final model; ``{"model_uri": ..., "registered_model": ...}``."""
+                  metadata: dict[str, Any], extra_files: list[str] | None = None) -> dict[str, Any]:
+        """Log the final model, with ``extra_files`` (e.g. its tokenizer.json) inside it;
+        ``{"model_uri": ..., "registered_model": ...}``."""
         ...
 
     def load_model(self, model_uri: str) -> tuple[Any, dict[str, Any]]:
-        """``(module, metadata)`` of a logged model."""
+        """``(module, metadata)`` of a logged model; ``metadata["extra_files"]``: ``{name: text}`` of the files
+        logged with it."""
         ...
 
     def child_runs(self, parent: TrackingSpec) -> list[ChildRun]: ...

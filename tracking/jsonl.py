@@ -213,9 +213,15 @@ class JsonlBackend:
         copy_into(local_dir, self._dir(spec) / "artifacts" / (artifact_path or ""))
 
     def log_model(self, spec: TrackingSpec, model: Any, input_example: Any, register_as: str | None,
-                  metadata: dict[str, Any]) -> dict[str, Any]:
-        """Save the module into the run; ``register_as`` also copies it in as the name's next version."""
+                  metadata: dict[str, Any], extra_files: list[str] | None = None) -> dict[str, Any]:
+        """Save the module (and ``extra_files``, in its ``extra_files/``) into the run; ``register_as`` also
+        copies it in as the name's next version."""
         saved = save_model(self._dir(spec), spec.run_id, model, metadata)
+        shutil.rmtree(saved / "extra_files", ignore_errors=True)  # this model's files, not an earlier one's
+        if extra_files:
+            (saved / "extra_files").mkdir()
+            for f in extra_files:
+                shutil.copy2(f, saved / "extra_files" / Path(f).name)
         out = {"model_uri": f"runs:/{spec.run_id}/model"}
         if register_as:  # a copy: a version must not change when the run logs its model again
             folder = self.root / ".registry" / register_as
@@ -232,7 +238,8 @@ class JsonlBackend:
         folder = self._model_folder(model_uri)
         model = torch.load(folder / "model.pt", map_location="cpu", weights_only=False)  # a whole module
         metadata = json.loads((folder / "metadata.json").read_text())
-        return model, metadata | {"run_id": metadata.get("run_id") or folder.parent.name}
+        extra = {p.name: p.read_text() for p in sorted((folder / "extra_files").glob("*")) if p.is_file()}
+        return model, metadata | {"run_id": metadata.get("run_id") or folder.parent.name, "extra_files": extra}
 
     def child_runs(self, parent: TrackingSpec) -> list[ChildRun]:
         return [ChildRun(r["name"], r["run_id"], r["status"])

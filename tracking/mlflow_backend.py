@@ -75,10 +75,10 @@ class MlflowBackend:
         self._client().log_artifacts(spec.run_id, str(local_dir), artifact_path=artifact_path)
 
     def log_model(self, spec: TrackingSpec, model: Any, input_example: Any, register_as: str | None,
-                  metadata: dict[str, Any]) -> dict[str, Any]:
+                  metadata: dict[str, Any], extra_files: list[str] | None = None) -> dict[str, Any]:
         from tracking.models import log_final_model
 
-        return log_final_model(spec.uri, spec.run_id, model, input_example, register_as, metadata)
+        return log_final_model(spec.uri, spec.run_id, model, input_example, register_as, metadata, extra_files)
 
     def load_model(self, model_uri: str) -> tuple[Any, dict[str, Any]]:
         from tracking.models import load_logged_model

@@ -19,11 +19,14 @@ def log_final_model(
     input_example: np.ndarray | None,
     register_as: str | None = None,
     metadata: dict[str, Any] | None = None,
+    extra_files: list[str] | None = None,
 ) -> dict[str, Any]:
     """Log the unwrapped module as the run's model; register a new version when ``register_as`` is set.
 
     ``metadata`` (the resolved job config and data spec) goes into the MLmodel file, so the model alone is
-    enough to rebuild its evaluation (``jobs.evaluate --model models:/NAME/VERSION``).
+    enough to rebuild its evaluation (``jobs.evaluate --model models:/NAME/VERSION``); ``extra_files`` (the
+    tokenizer.json of a language model) are stored inside the model (``extra_files/NAME``), so generating from
+    it needs nothing else.
     """
     import mlflow
     import mlflow.pytorch
@@ -46,6 +49,7 @@ def log_final_model(
         pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
         registered_model_name=register_as,
         metadata=metadata,
+        extra_files=extra_files or None,
     ))
     out = {"model_uri": info.model_uri}
     if register_as and getattr(info, "registered_model_version", None) is not None:
@@ -54,11 +58,28 @@ def log_final_model(
 
 
 def load_logged_model(uri: str, tracking_uri: str) -> tuple[Any, dict[str, Any]]:
-    """``(module, metadata)`` for a logged model URI (``models:/NAME/VERSION``, ``runs:/ID/model``, ...)."""
+    """``(module, metadata)`` for a logged model URI (``models:/NAME/VERSION``, ``runs:/ID/model``, ...);
+    ``metadata["extra_files"]`` maps the name of each file logged with it to its text."""
+    import os
+    import tempfile
+    from pathlib import Path
+
     import mlflow
     import mlflow.pytorch
 
-    info, model = _with_tracking_uri(
-        tracking_uri, lambda: (mlflow.models.get_model_info(uri), mlflow.pytorch.load_model(uri, map_location="cpu"))
-    )
-    return model, dict(info.metadata or {}) | {"run_id": info.run_id}
+    def load() -> tuple[Any, Any, dict[str, str]]:
+        bar, was = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+        os.environ[bar] = "false"  # a download into dst_path draws a progress bar: quiet when healthy
+        try:
+            with tempfile.TemporaryDirectory() as tmp:  # one download: the weights and the extra files
+                model = mlflow.pytorch.load_model(uri, dst_path=tmp, map_location="cpu")
+                extra = {p.name: p.read_text() for p in sorted(Path(tmp).glob("**/extra_files/*")) if p.is_file()}
+                return mlflow.models.get_model_info(uri), model, extra
+        finally:
+            if was is None:
+                os.environ.pop(bar, None)
+            else:
+                os.environ[bar] = was
+
+    info, model, extra = _with_tracking_uri(tracking_uri, load)
+    return model, dict(info.metadata or {}) | {"run_id": info.run_id, "extra_files": extra}

@@ -40,7 +40,9 @@ def load_source(
     recipe = metadata.get("elastic_train")
     if not recipe:
         raise ConfigError("--model", model_uri, "was not logged by elastic-train (no config in its metadata)")
-    return model, recipe["config"], {"source": model_uri, "source_run_id": metadata.get("run_id")}
+    return model, recipe["config"], {"source": model_uri, "source_run_id": metadata.get("run_id"),
+                                     "extra_files": metadata.get("extra_files") or {},
+                                     "data_spec": recipe.get("data_spec")}
 
 
 def _from_checkpoint(checkpoint: str) -> tuple[torch.nn.Module, dict, dict]:

@@ -1,7 +1,8 @@
 """What ``jobs.generate`` does on the driver: load a trained model and its tokenizer, sample text.
 
 The tokenizer is found where training left it: ``tokenizer.json`` in the checkpoint (the worker copies it there
-from the shards), else beside the shards at the run's ``data.path``; byte-level text needs none. Sampling itself
+from the shards) or inside the logged model (``extra_files/``), else beside the shards at the run's
+``data.path``; byte-level text needs none. Sampling itself
 is :func:`elastic_train.models.sampling.sample` (pure torch).
 """
 
@@ -39,18 +40,39 @@ def load_for_generation(checkpoint: str | None, model_uri: str | None, tokenizer
     flag, value = ("--checkpoint", checkpoint) if checkpoint else ("--model", model_uri)
     if config.get("model", {}).get("name") != "gpt" and not hasattr(model, "seq_len"):
         raise ConfigError(flag, value, f"holds a {config.get('model', {}).get('name')!r} model, not a language model")
-    tok = _find_tokenizer(tokenizer, info.get("source"), config, flag, value)
+    tok = _find_tokenizer(tokenizer, info.get("source"), config, flag, value, info.get("extra_files") or {})
+    if not hasattr(model, "seq_len"):
+        model = _rebuilt(model, config, info.get("data_spec"), flag, value)
     dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
     context = int(getattr(model, "seq_len", config["model"]["seq_len"]))
     return Loaded(model.to(dev).eval(), tok, context, dev, str(info.get("source")))
 
 
+def _rebuilt(model: torch.nn.Module, config: dict[str, Any], data_spec: dict[str, Any] | None, flag: str,
+             value: str | None) -> torch.nn.Module:
+    """The GPT itself, from a logged model that MLflow stored as a traced graph (``torch.export``, MLflow 3's
+    default): a graph cannot switch to eval mode and is traced at one sequence length, so sampling rebuilds the
+    module from the model's recorded config and loads the graph's weights (the same names)."""
+    from elastic_train.config import JobConfig
+    from elastic_train.data import DataSpec
+    from elastic_train.models import build_model
+
+    if not data_spec:
+        raise ConfigError(flag, value, "holds a traced model without the data spec to rebuild it from")
+    spec = DataSpec(**{**data_spec, "input_shape": tuple(data_spec["input_shape"])})
+    module = build_model(JobConfig.model_validate(config), spec)
+    module.load_state_dict(model.state_dict())
+    return module
+
+
 def _find_tokenizer(given: str | None, source: str | None, config: dict[str, Any], flag: str,
-                    value: str | None) -> ByteTokenizer | HFTokenizer:
+                    value: str | None, extra_files: dict[str, str]) -> ByteTokenizer | HFTokenizer:
     if given:
         if not os.path.isfile(given):
             raise ConfigError("--tokenizer", given, "no such file")
         return load_tokenizer(Path(given).read_text())
+    if TOKENIZER in extra_files:  # an MLflow model logged from token shards carries it
+        return load_tokenizer(extra_files[TOKENIZER])
     data = config.get("data", {})
     candidates = [Path(source) / TOKENIZER] if source and "://" not in source else []
     if data.get("path"):

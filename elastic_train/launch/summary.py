@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from elastic_train.data import as_numpy_example
+from elastic_train.data.prepare import TOKENIZER
 from elastic_train.launch import timeline
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.fit import Outcome
@@ -173,10 +175,13 @@ def log_checkpoint_model(ctx: RunContext, spec: TrackingSpec, checkpoint_uri: st
 
     with Checkpoint(checkpoint_uri).as_directory() as d:
         model, cfg, meta = load_model(d)
-    example = as_numpy_example(ctx.bundle) if ctx.bundle is not None else None
-    metadata = {"elastic_train": {"config": cfg.model_dump(mode="json"), "data_spec": meta["data_spec"],
-                                  "checkpoint": checkpoint_uri, "run_name": ctx.run_name}}
-    return backend_for(spec, ctx.home).log_model(spec, model, example, ctx.cfg.tracking.register_model, metadata)
+        example = as_numpy_example(ctx.bundle) if ctx.bundle is not None else None
+        metadata = {"elastic_train": {"config": cfg.model_dump(mode="json"), "data_spec": meta["data_spec"],
+                                      "checkpoint": checkpoint_uri, "run_name": ctx.run_name}}
+        tokenizer = Path(d) / TOKENIZER  # token shards: the model carries its tokenizer (jobs.generate --model)
+        extra = [str(tokenizer)] if tokenizer.is_file() else None
+        return backend_for(spec, ctx.home).log_model(spec, model, example, ctx.cfg.tracking.register_model,
+                                                     metadata, extra)
 
 
 # ---------------------------------------------------------------------------------------- output

@@ -40,7 +40,8 @@ def clean(ray_module, session_home, tmp_path_factory):
     (tmp / "corpus.txt").write_text("\n\n".join(docs))
     index = prepare([str(tmp / "corpus.txt")], str(tmp / "shards"), PrepareSettings(vocab_size=300, val_fraction=0.1),
                     workers=2)
-    return tmp, index, _run(tmp, tmp / "shards", index["vocab_size"], "tokens-clean")
+    return tmp, index, _run(tmp, tmp / "shards", index["vocab_size"], "tokens-clean",
+                            "tracking.register_model=tokens-clean")
 
 
 def test_a_step_budget_on_shards_crosses_epochs_stops_exactly_and_a_crash_resumes_bitwise(clean, monkeypatch):
@@ -72,8 +73,9 @@ def test_one_worker_matches_two_within_1e4(clean):
 
 
 def test_a_resize_mid_epoch_serves_every_window_once_and_matches_two_workers(clean, monkeypatch):
-    """Invariant 3 across a resize: a 2-worker run fails mid-epoch (max_failures=0; checkpoints every 4 steps),
-    is resumed on 1 worker from its mid-epoch checkpoint and runs to the budget; the trace shows every window of
+    """Invariant 3 across a resize: a 2-worker run fails at step 7 of the 8-step epoch 0 (max_failures=0;
+    checkpoints every 2 steps, so whichever one Ray had committed, 2, 4 or 6, is mid-epoch), is resumed on 1
+    worker from it and runs to the budget; the trace shows every window of
     every epoch served exactly once by a whole worker group, and the result equals the 2-worker run's within 1e-4."""
     from tests.helpers.trace import exactly_once_problems, read_trace
 
@@ -81,13 +83,13 @@ def test_a_resize_mid_epoch_serves_every_window_once_and_matches_two_workers(cle
     shards, vocab = tmp / "shards", index["vocab_size"]
     trace, n_train = tmp / "resize-trace", (index["train"]["tokens"] - 1) // 32
     per_epoch = n_train // 16
-    assert 24 % per_epoch == 0 and per_epoch % 4 == 0  # whole epochs (all checked below), checkpoints mid-epoch
-    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step={per_epoch + per_epoch // 2 + 2},rank=1,mode=raise")
-    resize = ("checkpoint.every_steps=4", f"data.trace_path={trace}")
-    failed = _run(tmp, shards, vocab, "tokens-resized", "failure.max_failures=0", *resize, expect=1)
+    assert per_epoch == 8 and 24 % per_epoch == 0  # whole epochs: all three are checked below
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "step=7,rank=1,mode=raise")
+    failed = _run(tmp, shards, vocab, "tokens-resized", "failure.max_failures=0", "checkpoint.every_steps=2",
+                  f"data.trace_path={trace}", expect=1)
     assert failed["status"] == "FAILED" and failed["world_sizes"] == [2]
     monkeypatch.delenv("ELASTIC_TRAIN_FAULT")
-    resized = _run(tmp, shards, vocab, "tokens-resized", "scaling.num_workers=1", *resize)
+    resized = _run(tmp, shards, vocab, "tokens-resized", "scaling.num_workers=1", f"data.trace_path={trace}")
     assert resized["status"] == "FINISHED" and resized["steps"] == 24 and resized["world_sizes"] == [2, 1]
     records = read_trace(trace)
     epoch, step = min((r["epoch"], r["step"]) for r in records if r["world_size"] == 1)
@@ -119,3 +121,12 @@ def test_generate_reads_the_tokenizer_the_checkpoint_carries_and_the_run_holds_t
                           "--temperature", "0", "--json", str(out)]) == 0
     sample = json.loads(out.read_text())["samples"][0]
     assert sample and set(sample.split()) <= set(WORDS) | {w + "." for w in WORDS} | {"."}, sample
+    # the registered MLflow model carries its tokenizer: generating from it needs neither shards nor checkpoint
+    assert two["registered_model"].startswith("models:/tokens-clean/"), two.get("model_error")
+    (tmp / "shards").rename(tmp / "shards-away")
+    try:
+        assert generate.main(["--model", two["registered_model"], "--prompt", "the cat", "--max-new-tokens", "20",
+                              "--temperature", "0", "--json", str(tmp / "gen-model.json")]) == 0
+    finally:
+        (tmp / "shards-away").rename(tmp / "shards")
+    assert json.loads((tmp / "gen-model.json").read_text())["samples"][0] == sample

@@ -22,7 +22,8 @@ import pytest
 
 from elastic_train.data.prepare import INDEX, PrepareSettings, prepare
 
-pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARD_BYTES = 256 << 20

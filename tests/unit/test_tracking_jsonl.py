@@ -154,14 +154,16 @@ def test_child_runs_and_end_run_status(backend: JsonlBackend) -> None:
     assert run["end_time"] >= run["start_time"] and run["parent_run_id"] == parent.run_id
 
 
-def test_model_round_trip_by_path_run_uri_and_registry(backend: JsonlBackend) -> None:
+def test_model_round_trip_by_path_run_uri_and_registry(backend: JsonlBackend, tmp_path: Path) -> None:
     import torch
 
     spec, _ = start(backend)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     x = torch.randn(5, 4)
-    out = backend.log_model(spec, model, x.numpy(), "digits", {"elastic_train": {"config": {"lr": 0.1}}})
+    (tmp_path / "tokenizer.json").write_text('{"kind": "bytes"}')
+    out = backend.log_model(spec, model, x.numpy(), "digits", {"elastic_train": {"config": {"lr": 0.1}}},
+                            [str(tmp_path / "tokenizer.json")])
     assert out == {"model_uri": f"runs:/{spec.run_id}/model", "registered_model": "models:/digits/1"}
     expected = model(x)
     torch.nn.init.zeros_(model[2].weight)  # the run logs a changed model again: version 1 must not change
@@ -174,6 +176,8 @@ def test_model_round_trip_by_path_run_uri_and_registry(backend: JsonlBackend) ->
         assert meta["run_id"] == spec.run_id and meta_key in meta
         assert torch.equal(loaded(x), want)
     assert backend.load_model("models:/digits/1")[1]["elastic_train"] == {"config": {"lr": 0.1}}
+    assert backend.load_model("models:/digits/1")[1]["extra_files"] == {"tokenizer.json": '{"kind": "bytes"}'}
+    assert backend.load_model("models:/digits/2")[1]["extra_files"] == {}  # logged without one
     with pytest.raises(FileNotFoundError):
         backend.load_model("runs:/nosuchrun/model")
 
