@@ -53,6 +53,7 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
 STORE = 80_000_000  # Ray's minimum object store is 75 MiB (78.6 MB)
 
 
+@pytest.mark.subprocess
 def test_a_data_set_four_times_the_object_store_streams_through_an_epoch(home, tmp_path):
     """Its own embedded Ray (a subprocess): 4 CPUs, an 80 MB object store; 20,000 rows of 16 kB = 328 MB in
     memory (a few MB on disk). data.ray_mode=auto picks streaming from the Parquet footers' size."""
