@@ -4,6 +4,13 @@ doing the same trials (the anchor), on digits. Prints JSON.
     .venv/bin/python bench/sweep_cost.py                 # 12 configs x 9 epochs, 3 sweeps + the anchor (~16 min)
     .venv/bin/python bench/sweep_cost.py --smoke         # the anchor only: 2 trials x 1 epoch per side (< 3 min)
     .venv/bin/python bench/sweep_cost.py --address auto  # on a running cluster (more trials at once)
+    .venv/bin/python bench/sweep_cost.py --elastic --cpus 5 --epochs 3 --lrs 1e-3,1e-2 --batches 64,128
+
+**Elastic trials** (``--elastic``): the same ASHA sweep twice on the same cluster, trials fixed at
+``--max-workers`` workers and elastic (``scaling.num_workers=[1, max]``, resize check every 2 s). Elastic trials
+start at what fits, so more run at once, and grow into the workers that ASHA frees. Reports each sweep's wall,
+best val_loss and every trial's world sizes; ``grown`` lists the trials that trained at a larger world size
+later than earlier.
 
 **The anchor** (``per_trial``): the least a user could write with Ray Tune + ``TorchTrainer`` (a function
 trainable per trial that fits a TorchTrainer whose workers run a plain DDP loop on digits and report a checkpoint
@@ -70,7 +77,27 @@ def run(home: Path, name: str, args: argparse.Namespace, *overrides: str) -> dic
         "max_concurrent_trials": s["max_concurrent_trials"],
         "placement_groups_reclaimed": s["placement_groups_reclaimed"],
         "wall_s": round(time.time() - started, 1),
+        "world_sizes": {t["trial_id"]: t["world_sizes"] for t in s["trials"]},
+        "grown": [t["trial_id"] for t in s["trials"] if grew(t["world_sizes"])],
     }
+
+
+def grew(sizes: list[int]) -> bool:
+    """A trial trained at a larger world size after a smaller one."""
+    return any(b > a for a, b in zip(sizes, sizes[1:], strict=False))
+
+
+def elastic(home: Path, args: argparse.Namespace) -> dict:
+    """The same ASHA sweep with fixed-size and with elastic trials on the same cluster (module docstring)."""
+    common = ("sweep.scheduler=asha", "sweep.grace_period=1", f"sweep.reduction_factor={args.reduction_factor}",
+              "scaling.resize_check_interval_s=2")
+    fixed = run(home, "fixed", args, f"scaling.num_workers={args.max_workers}", *common)
+    grown = run(home, "elastic", args, f"scaling.num_workers=[1, {args.max_workers}]", *common)
+    return {"workload": {"data": "digits", "epochs": args.epochs, "lrs": args.lrs, "global_batch_sizes":
+                         args.batches, "cpus": args.cpus, "max_workers": args.max_workers},
+            "fixed": fixed, "elastic": grown,
+            "wall_ratio": round(grown["wall_s"] / fixed["wall_s"], 3),
+            "best_gap": round((grown["best_metric"] - fixed["best_metric"]) / abs(fixed["best_metric"]), 6)}
 
 
 def anchor_loop(config: dict) -> None:
@@ -180,6 +207,8 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=1, help="workers per trial in the anchor comparison")
     p.add_argument("--rounds", type=int, default=2, help="alternations of jobs.sweep and the anchor")
     p.add_argument("--smoke", action="store_true", help="the anchor comparison only: 2 trials x 1 epoch, 1 round")
+    p.add_argument("--elastic", action="store_true", help="fixed-size against elastic trials only (docstring)")
+    p.add_argument("--max-workers", type=int, default=2, help="--elastic: workers per trial (the elastic max)")
     args = p.parse_args()
     if args.smoke:
         args.epochs, args.lrs, args.batches, args.rounds = 1, [3e-4, 1e-2], [128], 1
@@ -195,6 +224,9 @@ def main() -> int:
         else:
             ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, logging_level="ERROR")
         try:
+            if args.elastic:
+                print(json.dumps(elastic(home, args), indent=2))
+                return 0
             anchor = per_trial(home, argparse.Namespace(**{**vars(args), "lrs": args.lrs[:3], "batches":
                                                           args.batches[:2], "epochs": min(args.epochs, 2)}))
             if args.smoke:

@@ -1,12 +1,13 @@
-"""Token data: prepare_tokens throughput and peak memory, and the memmap loader against in-memory windows. JSON.
+"""Token data: prepare_tokens throughput and peak memory, and the shard reader against in-memory windows. JSON.
 
     .venv/bin/python bench/tokens.py --smoke      # < 1 min: a ~3 MB corpus
     .venv/bin/python bench/tokens.py              # a ~24 MB corpus (Python's own standard library, repeated)
 
 The corpus is real text: the standard library's .py files. Both loader sides serve the same windows in the same
 order through the engine's WorkerData (one worker, one torch thread, CPU, global batch 64 x seq_len 256):
-``memmap`` maps the shards and gathers each micro-batch's windows; ``in_memory`` holds every window as one int64
-tensor (the ``text`` path). Sides alternate, 3 rounds each, medians reported.
+``memmap`` (the key's old name) reads each micro-batch's windows from the shards (one ``preadv`` a window);
+``in_memory`` holds every window as one int64 tensor (the ``text`` path).
+Sides alternate, 3 rounds each, medians reported.
 
     loader_ratio       memmap / in-memory tokens/s          goal: within noise of 1 (>= 0.9 on a loaded box)
     prepare_tokens_s   tokenizer throughput on the pool      (2 workers)

@@ -72,8 +72,9 @@ class TrackingBackend(Protocol):
 
     def start_run(self, experiment: str, run_name: str, *, kind: str, spool_path: Path,
                   parent_run_id: str | None = None, system_metrics: bool = False,
-                  log_every_steps: int = 10) -> tuple[TrackingSpec, bool]:
-        """Find the run named ``run_name`` (under ``parent_run_id``) or create it: ``(spec, resumed)``."""
+                  log_every_steps: int = 10, storage: str | None = None) -> tuple[TrackingSpec, bool]:
+        """Find the run named ``run_name`` (under ``parent_run_id``) whose checkpoints are in ``storage`` (any
+        when None), or create it: ``(spec, resumed)``."""
         ...
 
     def writer(self, spec: TrackingSpec) -> Tracker:

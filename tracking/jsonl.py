@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tracking.base import ChildRun, TrackingSpec, TrackingUnavailable
-from tracking.runs import KIND_TAG, RUN_NAME_TAG, environment_params
+from tracking.runs import KIND_TAG, RUN_NAME_TAG, STORAGE_TAG, environment_params, storage_matches
 
 log = logging.getLogger(__name__)
 RUN_FILE, METRICS_FILE, LOCK_FILE = "run.json", "metrics.jsonl", ".lock"
@@ -175,11 +175,12 @@ class JsonlBackend:
 
     def start_run(self, experiment: str, run_name: str, *, kind: str, spool_path: Path,
                   parent_run_id: str | None = None, system_metrics: bool = False,
-                  log_every_steps: int = 10) -> tuple[TrackingSpec, bool]:
+                  log_every_steps: int = 10, storage: str | None = None) -> tuple[TrackingSpec, bool]:
         exp_id = experiment.replace("/", "_").replace(os.sep, "_") or "default"
         with locked(self.root / exp_id):  # two drivers starting the same name make one run
             found = [r for r in self._runs(exp_id)
-                     if r["name"] == run_name and r.get("parent_run_id") == parent_run_id]
+                     if r["name"] == run_name and r.get("parent_run_id") == parent_run_id
+                     and storage_matches(r.get("tags", {}).get(STORAGE_TAG), storage)]
             if found:  # the oldest, as MLflow's search does; it runs again
                 run_id = min(found, key=lambda r: r["start_time"])["run_id"]
                 update_run(self.root / exp_id / run_id, lambda r: r.update(status="RUNNING", end_time=None))
@@ -187,7 +188,8 @@ class JsonlBackend:
                 run_id = uuid.uuid4().hex
                 new = {"run_id": run_id, "name": run_name, "kind": kind, "parent_run_id": parent_run_id,
                        "status": "RUNNING", "start_time": int(time.time() * 1000), "end_time": None,
-                       "tags": {RUN_NAME_TAG: run_name, KIND_TAG: kind}, "params": {}}
+                       "tags": {RUN_NAME_TAG: run_name, KIND_TAG: kind,
+                                **({STORAGE_TAG: storage} if storage is not None else {})}, "params": {}}
                 update_run(self.root / exp_id / run_id, lambda run: run.update(new))
         spec = TrackingSpec(backend=self.name, uri=self.uri, run_id=run_id, experiment_id=exp_id,
                             spool_path=str(spool_path), system_metrics=system_metrics,

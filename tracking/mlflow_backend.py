@@ -52,10 +52,10 @@ class MlflowBackend:
 
     def start_run(self, experiment: str, run_name: str, *, kind: str, spool_path: Path,
                   parent_run_id: str | None = None, system_metrics: bool = False,
-                  log_every_steps: int = 10) -> tuple[TrackingSpec, bool]:
+                  log_every_steps: int = 10, storage: str | None = None) -> tuple[TrackingSpec, bool]:
         return start_run(self.uri, experiment, run_name, artifact_root=self.home / "mlartifacts",
                          spool_path=spool_path, kind=kind, parent_run_id=parent_run_id,
-                         system_metrics=system_metrics, log_every_steps=log_every_steps)
+                         system_metrics=system_metrics, log_every_steps=log_every_steps, storage=storage)
 
     def writer(self, spec: TrackingSpec) -> Tracker:
         from tracking.mlflow_tracker import MlflowTracker

@@ -19,6 +19,7 @@ from tracking.base import TrackingSpec, TrackingUnavailable
 
 RUN_NAME_TAG = "elastic_train.run_name"
 KIND_TAG = "elastic_train.kind"
+STORAGE_TAG = "storage"  # where the run's checkpoints live: a run is found by (name, storage), not name alone
 PASS_THROUGH_ENV = (
     "MLFLOW_TRACKING_USERNAME",
     "MLFLOW_TRACKING_PASSWORD",
@@ -91,14 +92,23 @@ def get_or_create_experiment(client: Any, name: str, artifact_root: Path | None)
         return exp.experiment_id
 
 
-def find_run(client: Any, experiment_id: str, run_name: str, parent_run_id: str | None = None) -> Any | None:
+def find_run(client: Any, experiment_id: str, run_name: str, parent_run_id: str | None = None,
+             storage: str | None = None) -> Any | None:
+    """The oldest run named ``run_name`` (under ``parent_run_id``) whose checkpoints live in ``storage``.
+
+    Two runs of the same name in different storages are two logical runs (the second starts from step 0), so
+    they get two MLflow runs; a run without the tag (created before its first tags were set) matches any."""
     query = f"tags.`{RUN_NAME_TAG}` = '{run_name}'"
     if parent_run_id:
         query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
     runs = client.search_runs(
-        [experiment_id], filter_string=query, max_results=1, order_by=["attributes.start_time ASC"]
+        [experiment_id], filter_string=query, max_results=100, order_by=["attributes.start_time ASC"]
     )
-    return runs[0] if runs else None
+    return next((r for r in runs if storage_matches(r.data.tags.get(STORAGE_TAG), storage)), None)
+
+
+def storage_matches(tagged: str | None, storage: str | None) -> bool:
+    return storage is None or tagged is None or tagged == storage
 
 
 def start_run(
@@ -113,16 +123,19 @@ def start_run(
     tags: dict[str, str] | None = None,
     system_metrics: bool = False,
     log_every_steps: int = 10,
+    storage: str | None = None,
 ) -> tuple[TrackingSpec, bool]:
-    """Find the run named ``run_name`` (resume) or create it. Returns ``(spec, resumed)``."""
+    """Find the run named ``run_name`` in ``storage`` (resume) or create it. Returns ``(spec, resumed)``."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     exp_id = get_or_create_experiment(client, experiment, artifact_root if not is_server(uri) else None)
-    run = find_run(client, exp_id, run_name, parent_run_id)
+    run = find_run(client, exp_id, run_name, parent_run_id, storage)
     resumed = run is not None
     if run is None:
         all_tags = {RUN_NAME_TAG: run_name, KIND_TAG: kind, **(tags or {})}
+        if storage is not None:
+            all_tags[STORAGE_TAG] = storage
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = client.create_run(exp_id, run_name=run_name, tags=all_tags)

@@ -79,6 +79,27 @@ BUILTIN: dict[str, Callable[[JobConfig], DataBundle]] = {
     "tokens": build_tokens,
 }
 
+def _check_ray_data(job: JobConfig) -> None:
+    from elastic_train.data.ray_source import validate  # files, columns, preprocess: no Ray needed
+
+    validate(job)
+
+
+# Sources read on the Ray cluster (Ray Data): their check that needs no cluster runs before Ray starts, their
+# build after it. Every other source is built on the driver before Ray starts (a mistake exits 2 sooner).
+READ_ON_CLUSTER: dict[str, Callable[[JobConfig], None]] = {"ray": _check_ray_data}
+
+
+def precheck_on_cluster_source(cfg: JobConfig) -> bool:
+    """Run the no-cluster checks of a source read on the cluster (ConfigError naming the field); True when the
+    configured source is one, so the caller connects to Ray before :func:`build_data`."""
+    check = READ_ON_CLUSTER.get(cfg.data.name)
+    if check is None:
+        return False
+    check(cfg)
+    return True
+
+
 def build_data(cfg: JobConfig) -> DataBundle:
     """Build the configured dataset (on the driver to validate it, then on every worker)."""
     name = cfg.data.name

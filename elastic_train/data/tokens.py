@@ -5,14 +5,20 @@ Sample ``i`` is the window of ``seq_len + 1`` tokens starting at a fixed offset:
 offset is a pure function of ``i``, and ``i`` a pure function of (seed, epoch, step, slot) through the engine's
 sampler, so DESIGN invariant 3 holds exactly as for in-memory sets: a resume at the same world size is bitwise.
 
-Nothing is loaded: every process maps the shards (``np.memmap``, opened lazily, so a pickled dataset stays
-small) and :meth:`TokenWindows.gather` reads just the windows of one micro-batch with one vectorised fancy
-index per shard; the page cache is shared by every worker on a node. Torch and numpy only.
+Nothing is loaded and nothing is mapped: every process opens the shards (lazily, so a pickled dataset stays
+small) and :meth:`TokenWindows.gather` reads just the windows of one micro-batch, one positional read
+(``os.preadv``) per window into one buffer. The process's memory is that buffer, whatever the corpus size: no
+mapping grows its address space or its resident set with the corpus (an ``np.memmap`` of a shard larger than an
+address-space limit cannot even be created), and the kernel's page cache, shared by every worker on a node and
+reclaimable, is the only cache. Torch and numpy only.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hashlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,42 +37,58 @@ if TYPE_CHECKING:
 class TokenWindows(Dataset):
     """Non-overlapping windows of ``seq_len + 1`` tokens over a list of shard files, read on demand."""
 
+    MAX_OPEN = 256  # shard files held open at once (the oldest is closed beyond): far under any fd limit
+
     def __init__(self, files: list[str], tokens: list[int], dtype: str, seq_len: int, limit: int | None = None):
         self.files, self.dtype, self.t = list(files), np.dtype(dtype), seq_len
         per_shard = [max(0, (n - 1) // seq_len) for n in tokens]
         self.first = np.concatenate([[0], np.cumsum(per_shard)]).astype(np.int64)  # first window of shard k
         total = int(self.first[-1])
         self.n = total if limit is None else min(total, limit)
-        self._maps: list[np.memmap | None] = [None] * len(self.files)
-        self._span = np.arange(seq_len + 1, dtype=np.int64)
+        self._fds: list[int | None] = [None] * len(self.files)
+        self._opened: collections.deque[int] = collections.deque()
 
     def __len__(self) -> int:
         return self.n
 
-    def __getstate__(self) -> dict[str, Any]:  # DataLoader workers / Ray: ship paths, not mappings
-        return {**self.__dict__, "_maps": [None] * len(self.files)}
+    def __getstate__(self) -> dict[str, Any]:  # DataLoader workers / Ray: ship paths, not open files
+        return {**self.__dict__, "_fds": [None] * len(self.files), "_opened": collections.deque()}
 
-    def _map(self, k: int) -> np.memmap:
-        m = self._maps[k]
-        if m is None:
-            m = self._maps[k] = np.memmap(self.files[k], dtype=self.dtype, mode="r")
-        return m
+    def _fd(self, k: int) -> int:
+        fd = self._fds[k]
+        if fd is None:
+            if len(self._opened) >= self.MAX_OPEN:
+                old = self._opened.popleft()
+                os.close(self._fds[old])
+                self._fds[old] = None
+            fd = self._fds[k] = os.open(self.files[k], os.O_RDONLY)
+            self._opened.append(k)
+        return fd
+
+    def close(self) -> None:
+        while self._opened:
+            k = self._opened.popleft()
+            fd, self._fds[k] = self._fds[k], None
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def gather(self, idx: torch.Tensor | np.ndarray | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs and targets (int64, (B, seq_len)) of windows ``idx``: one fancy index per shard touched."""
+        """Inputs and targets (int64, (B, seq_len)) of windows ``idx``: one positional read per window."""
         ids = np.asarray(idx.cpu() if isinstance(idx, torch.Tensor) else idx, dtype=np.int64).reshape(-1)
         if len(ids) and (ids.min() < 0 or ids.max() >= self.n):
             raise IndexError(f"window ids out of range [0, {self.n})")
         shard = np.searchsorted(self.first, ids, side="right") - 1
-        start = (ids - self.first[shard]) * self.t
-        if len(ids) and shard[0] == shard[-1] and (shard == shard[0]).all():  # one shard: one read, one cast
-            out = self._map(int(shard[0]))[start[:, None] + self._span].astype(np.int64)
-        else:
-            out = np.empty((len(ids), self.t + 1), dtype=np.int64)
-            for k in np.unique(shard):
-                rows = shard == k
-                out[rows] = self._map(int(k))[start[rows, None] + self._span]
-        w = torch.from_numpy(out)
+        offset = (ids - self.first[shard]) * (self.t * self.dtype.itemsize)
+        buf = np.empty((len(ids), self.t + 1), dtype=self.dtype)
+        want = buf.itemsize * (self.t + 1)
+        for row, k, at in zip(buf, shard.tolist(), offset.tolist(), strict=True):
+            got = os.preadv(self._fd(k), [row], at)
+            if got != want:
+                raise OSError(f"{self.files[k]}: short read at byte {at} ({got} of {want}); is the shard truncated?")
+        w = torch.from_numpy(buf.astype(np.int64))
         return w[:, :-1], w[:, 1:]
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ from typing import Any
 from elastic_train import config as config_mod
 from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import DataBundle
+from elastic_train.data.registry import precheck_on_cluster_source
 from elastic_train.data.spec import source_of
 from elastic_train.launch import timeline
 from elastic_train.launch.preflight import PreflightReport
@@ -146,19 +147,22 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
     Ray and check the cluster: nodes, resources, storage."""
     from elastic_train.launch.preflight import check_cluster, check_static
 
-    if ctx.cfg.data.name == "ray":  # Ray Data reads on the cluster: check files and columns first, then connect
-        from elastic_train.data.ray_source import validate
+    def build() -> tuple[DataBundle, int]:
+        built = check_static(ctx.cfg)
+        timeline.mark("data + model build")
+        return built
 
-        validate(ctx.cfg)
-        target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
+    def ray_start() -> str:
+        how = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
         timeline.mark("ray start")
-        bundle, n_params = check_static(ctx.cfg)
-        timeline.mark("data + model build")
-    else:
-        bundle, n_params = check_static(ctx.cfg)
-        timeline.mark("data + model build")
-        target = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
-        timeline.mark("ray start")
+        return how
+
+    if precheck_on_cluster_source(ctx.cfg):  # read on the cluster (Ray Data): files checked, then Ray, then build
+        target = ray_start()
+        bundle, n_params = build()
+    else:  # built here first: a mistake in the data or the model exits 2 before any cluster is touched
+        bundle, n_params = build()
+        target = ray_start()
     report = check_cluster(ctx.cfg, ctx.storage_path, bundle, n_params)
     timeline.mark("cluster preflight")
     return replace(ctx, ray_target=target, cluster=report, bundle=bundle)
@@ -192,7 +196,7 @@ def track(ctx: RunContext, kind: str = "train", parent_run_id: str | None = None
         backend.check()
         spec, resumed = backend.start_run(
             t.experiment, ctx.run_name, kind=kind, spool_path=_spool_path(ctx), parent_run_id=parent_run_id,
-            system_metrics=t.system_metrics, log_every_steps=t.log_every_steps,
+            system_metrics=t.system_metrics, log_every_steps=t.log_every_steps, storage=ctx.storage.uri(),
         )
     except TrackingUnavailable as e:
         if t.required:

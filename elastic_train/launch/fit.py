@@ -35,6 +35,7 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     import ray
 
     from elastic_train.launch.ledger import create_ledger
+    from elastic_train.launch.reservations import release_stale_reservation
     from elastic_train.launch.trainer import build_trainer
 
     latest = ctx.storage.latest_checkpoint()
@@ -47,6 +48,8 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     log_floor = (
         backend_for(ctx.tracking, ctx.home).last_logged_step(ctx.tracking) if ctx.tracking and ctx.resuming else -1
     )
+    if latest:  # a killed driver's Train run keeps the workers' resources reserved for 180 s otherwise
+        release_stale_reservation(latest[1].get("ray_train_run_id"))
     ledger = create_ledger()
     trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs,
                             data_ref=data_ref if data_ref is not None else share_data(ctx.bundle),

@@ -71,7 +71,9 @@ def fit_reporting_checkpoints(run: Callable[[list[Any]], Any]) -> Any:
 class LastReportKeepsPBT(PopulationBasedTraining):
     """PBT that takes no decision on a trial's last report (``time_attr`` at ``max_t``): exploiting there would
     restart the weak trial from the donor's final checkpoint with nothing left to train, and pausing it would
-    cut off its final summary and MLflow run. A decision is made at every earlier perturbation point as usual."""
+    cut off its final summary and MLflow run. A decision is made at every earlier perturbation point as usual.
+    Under ``synch`` the trial whose report completes the sync point and that is not exploited goes on instead of
+    being paused (one Ray Train restart fewer per decision)."""
 
     def __init__(self, *args: Any, max_t: int, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -80,4 +82,11 @@ class LastReportKeepsPBT(PopulationBasedTraining):
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         if result.get(self._time_attr, 0) >= self._max_t:
             return TrialScheduler.CONTINUE
-        return super().on_trial_result(tune_controller, trial, result)
+        synced = self._next_perturbation_sync
+        decision = super().on_trial_result(tune_controller, trial, result)
+        if self._synch and decision == TrialScheduler.PAUSE and self._next_perturbation_sync != synced:
+            # Synchronous PBT pauses every trial at the sync point, the one whose report completed it too. That
+            # trial was not exploited (an exploited one is paused already: NOOP) and has nothing to wait for:
+            # pausing would only restart it from its own checkpoint, a new Ray Train run. It goes on instead.
+            return TrialScheduler.CONTINUE
+        return decision

@@ -45,6 +45,8 @@ class TrialRow:
     best_step: int | None = None  # ... and global step
     world_sizes: list[int] = field(default_factory=list)  # every world size the trial trained at, in order
     restarts: int = 0  # worker-group restarts (failures and resizes) within the trial
+    # The hyperparameter schedule of its latest weights (RunRecord.schedule): a PBT clone's starts with its donor's
+    schedule: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if k != "history"}
@@ -107,6 +109,7 @@ class TrialCheckpoints:
     world_sizes: list[int]
     restarts: int
     epochs: int  # completed epochs at the latest checkpoint
+    schedule: list[dict[str, Any]] = field(default_factory=list)  # the latest weights' hyperparameter schedule
 
 
 def read_trial(storage: RunStorage, metric: str, mode: str) -> TrialCheckpoints:
@@ -122,6 +125,7 @@ def read_trial(storage: RunStorage, metric: str, mode: str) -> TrialCheckpoints:
         world_sizes=[int(w) for w in latest.get("world_sizes") or []],
         restarts=int(m.get("restarts", 0) or 0),
         epochs=int((latest.get("progress") or {}).get("epoch", m.get("epoch", 0)) or 0),
+        schedule=list(latest.get("schedule") or []),
     )
 
 
@@ -160,7 +164,7 @@ def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
             trial_id, trial_run_name(trial_id), dict(result.config), status, best.value if best else None, done,
             history, checkpoint=best.uri if best else seen.latest, error=error,
             best_epoch=best.epoch if best else None, best_step=best.step if best else None,
-            world_sizes=seen.world_sizes, restarts=seen.restarts,
+            world_sizes=seen.world_sizes, restarts=seen.restarts, schedule=seen.schedule,
         ))
     return rank_rows(rows, s.mode)
 
@@ -240,7 +244,8 @@ def close_children(plan: SweepPlan, rows: list[TrialRow]) -> None:
                             **({f"best_{metric}": row.best_metric} if row.best_metric is not None else {})}, step=0)
         writer.set_tags({"sweep_status": row.status, "stopped_early": str(row.status == "STOPPED").lower(),
                          "world_sizes": row.world_sizes, "restarts": row.restarts,
-                         "best_epoch": _fmt(row.best_epoch), "best_step": _fmt(row.best_step)})
+                         "best_epoch": _fmt(row.best_epoch), "best_step": _fmt(row.best_step),
+                         **({"hp_schedule": json.dumps(row.schedule)} if row.schedule else {})})
         writer.close(timeout_s=30)
         status = {"FAILED": "FAILED", "UNFINISHED": "KILLED"}.get(row.status, "FINISHED")
         if child.status != status:
@@ -369,12 +374,25 @@ def write_results_csv(rows: list[TrialRow], cfg: JobConfig, path: Path) -> None:
         w = csv.writer(f)
         w.writerow(
             ["rank", "trial_id", "status", "epochs", f"best_{cfg.sweep.metric}", "best_epoch", "best_step",
-             "world_sizes", "restarts", *keys, "mlflow_run_id", "checkpoint"]
+             "world_sizes", "restarts", *keys, "lr_schedule", "batch_schedule", "cloned_from", "mlflow_run_id",
+             "checkpoint"]
         )
         for i, r in enumerate(rows):
             w.writerow([i + 1, r.trial_id, r.status, r.epochs, r.best_metric, r.best_epoch, r.best_step,
                         " ".join(map(str, r.world_sizes)), r.restarts, *(r.config.get(k) for k in keys),
+                        schedule_column(r.schedule, "lr"), schedule_column(r.schedule, "global_batch_size"),
+                        " ".join(f"{e['cloned_from']}@{e['step']}" for e in r.schedule if e.get("cloned_from")),
                         r.mlflow_run_id, r.checkpoint])
+
+
+def schedule_column(schedule: list[dict[str, Any]], key: str) -> str:
+    """A schedule as ``step:value`` pairs where ``key`` changes (the first always): ``0:0.01 11:0.012``."""
+    out, last = [], object()
+    for e in schedule:
+        if e.get(key) != last:
+            out.append(f"{e['step']}:{_fmt(e.get(key))}")
+            last = e.get(key)
+    return " ".join(out)
 
 
 def plot_sweep(rows: list[TrialRow], cfg: JobConfig, path: Path) -> None:
@@ -399,7 +417,8 @@ def _number(v: Any) -> Any:
 def sweep_figure(rows: list[TrialRow], cfg: JobConfig) -> Any:
     """Left: each trial's best metric against the learning rate, coloured by global batch size (a numeric
     axis, log-scaled for lr and loguniform keys). Right: every trial's learning curve (metric per epoch),
-    same colours; stopped trials dashed. Returns the matplotlib Figure."""
+    same colours; stopped trials dashed. Under PBT a third panel: each trial's learning-rate schedule over global
+    steps (its latest weights', a clone's starting with its donor's). Returns the matplotlib Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -412,7 +431,9 @@ def sweep_figure(rows: list[TrialRow], cfg: JobConfig) -> Any:
                      key=lambda v: (not isinstance(v, int | float), v if isinstance(v, int | float) else str(v)))
     cmap = plt.get_cmap("viridis", max(len(colours), 2))
     colour = {v: cmap(i) for i, v in enumerate(colours)}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    pbt = cfg.sweep.scheduler == "pbt"
+    fig, axes = plt.subplots(1, 3 if pbt else 2, figsize=(18 if pbt else 12, 4.5))
+    left, right = axes[0], axes[1]
     for v in colours:
         pts = [(_number(r.config.get(x_key)), r.best_metric) for r in rows
                if r.best_metric is not None and r.config.get(c_key, cfg.train.global_batch_size) == v]
@@ -428,5 +449,20 @@ def sweep_figure(rows: list[TrialRow], cfg: JobConfig) -> Any:
             right.plot(e, m, color=colour[r.config.get(c_key, cfg.train.global_batch_size)],
                        linestyle="--" if r.status == "STOPPED" else "-", alpha=0.8, marker=".")
     right.set(xlabel="epoch", ylabel=metric, title="learning curves (dashed: stopped early)")
+    if pbt:
+        _plot_schedules(axes[2], rows)
     fig.tight_layout()
     return fig
+
+
+def _plot_schedules(ax: Any, rows: list[TrialRow]) -> None:
+    """Each trial's learning rate against global step, as a step function (a clone's starts with its donor's)."""
+    end = max([e["step"] for r in rows for e in r.schedule] + [r.best_step or 0 for r in rows] + [1])
+    for r in rows:
+        if r.schedule:
+            steps = [e["step"] for e in r.schedule] + [max(end, r.schedule[-1]["step"])]
+            lrs = [e["lr"] for e in r.schedule] + [r.schedule[-1]["lr"]]
+            ax.plot(steps, lrs, drawstyle="steps-post", marker=".", alpha=0.8, label=r.trial_id)
+    ax.set_yscale("log")
+    ax.set(xlabel="global step", ylabel="train.lr", title="learning-rate schedules (PBT)")
+    ax.legend(fontsize=7)

@@ -142,7 +142,8 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
                 # that still fails is reported (and retried by --resume), not retried again here.
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
                 # Tune's table shows each trial's last report; ours ranks by its best checkpoint (results.py).
-                callbacks=[OrphanedPlacementGroupReaper(), TrialProgress(plan.sweep_dir, plan.cfg)], verbose=0,
+                callbacks=[OrphanedPlacementGroupReaper(expected=s.scheduler == "pbt"),
+                           TrialProgress(plan.sweep_dir, plan.cfg)], verbose=0,
             ),
         )
     before = len(OrphanedPlacementGroupReaper.removed)

@@ -39,6 +39,7 @@ from elastic_train.train.state import (
     TrainState,
     checkpoint_dir_name,
     params_sha256,
+    schedule_entry,
     seed_everything,
 )
 from elastic_train.train.strategy import make_strategy
@@ -62,6 +63,7 @@ class Host:
     fault: FaultHook
     report: Callable[[dict[str, Any], str, str], None]  # (metrics, checkpoint folder, its fixed name)
     preemption_info: Callable[[], Any]  # None, or the preempted node ids and a deadline (a barrier)
+    ray_train_run_id: str | None = None  # into meta.json: a resumed driver releases this run's reservation
 
 
 class Session:
@@ -103,6 +105,8 @@ class Session:
         """Resume from the checkpoint in ``directory``; None: a fresh start, seeded per rank."""
         if directory is None:
             seed_everything(self.cfg.seed * 1000 + self.rank)
+            t = self.cfg.train
+            self.state.record.schedule = [schedule_entry(0, t.lr, t.global_batch_size, self.state.record.run_name)]
             return
         same_rng = self.state.load(directory, self.rank, map_location=self.device)
         self.data.restore(self.state.data_position)  # a streamed source: the ids this epoch already consumed
@@ -114,7 +118,7 @@ class Session:
     def adopt(self, record: RunRecord) -> dict[str, Any]:
         """After :meth:`restore` from another run's checkpoint (a PBT clone): continue its state as this run, with
         this run's learning rate; this run's accounting starts afresh at the donor's position."""
-        origin = self.state.adopt(self.cfg.train.lr, record)
+        origin = self.state.adopt(self.cfg.train.lr, record, self.cfg.train.global_batch_size)
         self.restored = False
         t = self.cfg.train
         self.console.line(f"cloned from {origin['run_name']} at step {origin['global_step']} (epoch "
@@ -250,7 +254,8 @@ class Session:
             shutil.copyfile(tokenizer, os.path.join(directory, os.path.basename(tokenizer)))
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
-                                                    "batch_plan": self.plan.describe(), "reason": reason})
+                                                    "batch_plan": self.plan.describe(), "reason": reason,
+                                                    "ray_train_run_id": self.host.ray_train_run_id})
         self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0

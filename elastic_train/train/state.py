@@ -86,6 +86,14 @@ class RunRecord:
     world_sizes: list[int] = field(default_factory=list)
     goodput: Goodput = field(default_factory=Goodput)
     best_score: float | None = None
+    # The hyperparameter schedule the weights were trained with, one entry per stretch: from which global step,
+    # which learning rate and global batch, trained by which run (a PBT clone starts from its donor's schedule).
+    schedule: list[dict[str, Any]] = field(default_factory=list)
+
+
+def schedule_entry(step: int, lr: float, global_batch_size: int, run_name: str, **extra: Any) -> dict[str, Any]:
+    """One stretch of a run's hyperparameter schedule (:attr:`RunRecord.schedule`)."""
+    return {"step": step, "lr": lr, "global_batch_size": global_batch_size, "run_name": run_name, **extra}
 
 
 def rng_state() -> dict[str, Any]:
@@ -197,14 +205,19 @@ class TrainState:
         rec["goodput"] = Goodput(**rec["goodput"])
         self.record = RunRecord(**rec)
 
-    def adopt(self, lr: float, record: RunRecord) -> dict[str, Any]:
+    def adopt(self, lr: float, record: RunRecord, global_batch_size: int | None = None) -> dict[str, Any]:
         """Continue another run's restored state as the run ``record`` names, at learning rate ``lr``
         (population-based training): model, optimizer moments, schedule position, data position and RNG stay the
-        donor's; the learning rate (the schedule's base) and the run's identity and accounting become this run's.
+        donor's; the learning rate (the schedule's base) and the run's identity and accounting become this run's,
+        and ``record``'s hyperparameter schedule is the donor's followed by this run's values from here on.
         Returns where it came from."""
         origin = {"run_name": self.record.run_name, "global_step": self.progress.global_step,
                   "epoch": self.progress.epoch, "step_in_epoch": self.progress.step_in_epoch}
         step = self.scheduler.last_epoch
+        if global_batch_size is None:  # unchanged: the donor's
+            global_batch_size = (self.record.schedule or [{}])[-1].get("global_batch_size")
+        record.schedule = [*self.record.schedule, schedule_entry(
+            self.progress.global_step, lr, global_batch_size, record.run_name, cloned_from=self.record.run_name)]
         self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
         for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
             group["initial_lr"] = lr
@@ -229,6 +242,7 @@ class TrainState:
             "run_name": self.record.run_name,
             "mlflow_run_id": self.record.mlflow_run_id,
             "world_sizes": self.record.world_sizes,
+            "schedule": self.record.schedule,
             **meta,
         }
         _atomic_write_text(json.dumps(full_meta, indent=2, default=str), d / META)

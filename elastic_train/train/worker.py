@@ -109,7 +109,18 @@ def _host(args: WorkerArgs) -> Host:
         fault=FaultHook.from_env(rank, args.fault),
         report=_report,
         preemption_info=ray.train.get_preemption_info,
+        ray_train_run_id=_train_run_id(),
     )
+
+
+def _train_run_id() -> str | None:
+    """Ray Train's id of this run (one per controller, i.e. per driver): launch/reservations.py uses it."""
+    try:
+        from ray.train.v2._internal.execution.context import get_train_context
+
+        return get_train_context().train_run_context.run_id
+    except Exception:  # noqa: BLE001 - a private API: without it a resumed driver may wait out Ray's expiry
+        return None
 
 
 def _report(metrics: dict[str, Any], directory: str, name: str) -> None:

@@ -1,4 +1,5 @@
-"""A tiny GPT on memory-mapped token shards: 2 gloo workers, a step budget, a crash that resumes bitwise."""
+"""A tiny GPT on token shards: 2 gloo workers, a step budget, a crash that resumes bitwise, 1 vs 2 workers, a
+resize mid-epoch that keeps exactly-once."""
 
 from __future__ import annotations
 
@@ -16,15 +17,15 @@ pytestmark = pytest.mark.distributed
 WORDS = "the cat sat on a mat and dog ran far away quick brown fox jumps over lazy river".split()
 
 
-def _run(tmp, shards, vocab, name: str) -> dict:
+def _run(tmp, shards, vocab, name: str, *overrides: str, expect: int = 0) -> dict:
     summary = tmp / f"{name}.json"
     argv = ["--config", "configs/gpt-tokens.yaml", f"data.path={shards}", f"model.vocab_size={vocab}",
             "model.seq_len=32", "model.n_layer=1", "model.d_model=32", "model.n_head=2",
             "train.global_batch_size=16", "train.max_steps=24", "train.warmup_steps=4", "train.min_lr_ratio=0.1",
             "data.val_tokens=256", "checkpoint.every_steps=8", "tracking.log_every_steps=4",
             "tracking.system_metrics=false", "scaling.num_workers=2", f"checkpoint.storage_path={tmp}",
-            f"name={name}", "--summary-json", str(summary)]
-    assert train.main(argv) == 0
+            f"name={name}", *overrides, "--summary-json", str(summary)]
+    assert train.main(argv) == expect
     return json.loads(summary.read_text())
 
 
@@ -58,6 +59,43 @@ def test_a_step_budget_on_shards_crosses_epochs_stops_exactly_and_a_crash_resume
     lr = MlflowClient(tracking_uri=crashed["tracking_uri"]).get_metric_history(crashed["mlflow_run_id"], "lr")
     last = max(lr, key=lambda m: m.step)
     assert last.step == 24 and last.value == pytest.approx(1e-3 * 0.1)  # the cosine ends at min_lr_ratio
+
+
+def test_one_worker_matches_two_within_1e4(clean):
+    """Invariant 2 on shards: the same global batches and mean gradients whatever W."""
+    tmp, index, two = clean
+    one = _run(tmp, tmp / "shards", index["vocab_size"], "tokens-one", "scaling.num_workers=1")
+    assert one["world_sizes"] == [1] and one["steps"] == 24
+    for key in ("train_loss", "val_loss"):
+        a, b = one["final_metrics"][key], two["final_metrics"][key]
+        assert abs(a - b) / abs(b) < 1e-4, (key, a, b)
+
+
+def test_a_resize_mid_epoch_serves_every_window_once_and_matches_two_workers(clean, monkeypatch):
+    """Invariant 3 across a resize: a 2-worker run fails mid-epoch (max_failures=0; checkpoints every 4 steps),
+    is resumed on 1 worker from its mid-epoch checkpoint and runs to the budget; the trace shows every window of
+    every epoch served exactly once by a whole worker group, and the result equals the 2-worker run's within 1e-4."""
+    from tests.helpers.trace import exactly_once_problems, read_trace
+
+    tmp, index, two = clean
+    shards, vocab = tmp / "shards", index["vocab_size"]
+    trace, n_train = tmp / "resize-trace", (index["train"]["tokens"] - 1) // 32
+    per_epoch = n_train // 16
+    assert 24 % per_epoch == 0 and per_epoch % 4 == 0  # whole epochs (all checked below), checkpoints mid-epoch
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step={per_epoch + per_epoch // 2 + 2},rank=1,mode=raise")
+    resize = ("checkpoint.every_steps=4", f"data.trace_path={trace}")
+    failed = _run(tmp, shards, vocab, "tokens-resized", "failure.max_failures=0", *resize, expect=1)
+    assert failed["status"] == "FAILED" and failed["world_sizes"] == [2]
+    monkeypatch.delenv("ELASTIC_TRAIN_FAULT")
+    resized = _run(tmp, shards, vocab, "tokens-resized", "scaling.num_workers=1", *resize)
+    assert resized["status"] == "FINISHED" and resized["steps"] == 24 and resized["world_sizes"] == [2, 1]
+    records = read_trace(trace)
+    epoch, step = min((r["epoch"], r["step"]) for r in records if r["world_size"] == 1)
+    assert step > 0, (epoch, step)  # 1 worker took over inside an epoch that 2 workers had begun
+    assert exactly_once_problems(records, n_train=n_train, g=16, epochs=24 // per_epoch) == []
+    for key in ("train_loss", "val_loss"):
+        a, b = resized["final_metrics"][key], two["final_metrics"][key]
+        assert abs(a - b) / abs(b) < 1e-4, (key, a, b)
 
 
 def test_generate_reads_the_tokenizer_the_checkpoint_carries_and_the_run_holds_tokenizer_and_samples(clean):

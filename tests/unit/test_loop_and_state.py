@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ from elastic_train.train.state import (
     load_model,
     params_sha256,
     read_meta,
+    schedule_entry,
 )
 
 CPU = torch.device("cpu")
@@ -158,7 +160,8 @@ def test_a_pbt_clone_adopts_the_donor_state_with_its_own_learning_rate(tmp_path)
     identity (a PBT clone, elastic_train.sweep.tuner.run_trial)."""
     cfg, _, model, opt, sched, data = _setup("train.lr=0.01", "train.warmup_steps=2")
     prec = Precision.create("fp32", CPU)
-    donor = TrainState(model, opt, sched, prec, record=RunRecord(run_name="trial-donor", mlflow_run_id="d"))
+    donor = TrainState(model, opt, sched, prec, record=RunRecord(
+        run_name="trial-donor", mlflow_run_id="d", schedule=[schedule_entry(0, 0.01, 64, "trial-donor")]))
     for _, micro in list(data.epoch(0))[:4]:
         train_step(model, micro, opt, sched, prec, 1 / 64, 1.0)
         donor.progress.advance(64, data.steps_per_epoch)
@@ -166,8 +169,13 @@ def test_a_pbt_clone_adopts_the_donor_state_with_its_own_learning_rate(tmp_path)
     _, _, model2, opt2, sched2, _ = _setup("train.lr=0.002", "train.warmup_steps=2")
     clone = TrainState(model2, opt2, sched2, prec, record=RunRecord(run_name="trial-clone", mlflow_run_id="c"))
     clone.load(tmp_path / "ck", 0)
-    origin = clone.adopt(0.002, RunRecord(run_name="trial-clone", mlflow_run_id="c"))
+    origin = clone.adopt(0.002, RunRecord(run_name="trial-clone", mlflow_run_id="c"), global_batch_size=64)
     assert origin == {"run_name": "trial-donor", "global_step": 4, "epoch": 0, "step_in_epoch": 4}
+    # The weights' hyperparameter schedule: the donor's stretch, then the clone's from the take-over on.
+    assert clone.record.schedule == [
+        {"step": 0, "lr": 0.01, "global_batch_size": 64, "run_name": "trial-donor"},
+        {"step": 4, "lr": 0.002, "global_batch_size": 64, "run_name": "trial-clone", "cloned_from": "trial-donor"}]
+    assert json.loads((tmp_path / "ck" / "meta.json").read_text())["schedule"] == donor.record.schedule
     assert clone.progress.global_step == 4 and clone.record.run_name == "trial-clone"
     assert params_sha256(model2.state_dict()) == params_sha256(model.state_dict())
     moments = [s["exp_avg"] for s in opt.state.values()], [s["exp_avg"] for s in opt2.state.values()]

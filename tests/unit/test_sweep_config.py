@@ -271,3 +271,80 @@ def test_pbt_takes_no_decision_on_a_trials_last_report():
     assert pbt.on_trial_result(None, None, last) == TrialScheduler.CONTINUE
     with pytest.raises((AttributeError, KeyError, TypeError)):  # an earlier report goes on to PBT's own logic
         pbt.on_trial_result(None, None, {**last, "epoch": cfg.train.epochs - 1})
+
+
+def test_pbt_schedules_in_csv_and_plot(tmp_path):
+    """A PBT clone's row shows its weights' schedule (the donor's stretch, then its own) and where it came from."""
+    import csv
+
+    cfg = load("sweep.scheduler=pbt")
+    donor = [{"step": 0, "lr": 0.01, "global_batch_size": 64, "run_name": "trial-a_00001"}]
+    clone = [*donor, {"step": 11, "lr": 0.012, "global_batch_size": 64, "run_name": "trial-a_00000",
+                      "cloned_from": "trial-a_00001"}]
+    table = rows()[:2]
+    table[0].schedule, table[1].schedule = donor, clone
+    write_results_csv(table, cfg, tmp_path / "r.csv")
+    got = {r["trial_id"]: r for r in csv.DictReader((tmp_path / "r.csv").open())}
+    assert (got["a_00000"]["lr_schedule"], got["a_00000"]["batch_schedule"]) == ("0:0.01 11:0.012", "0:64")
+    assert got["a_00000"]["cloned_from"] == "trial-a_00001@11"
+    assert (got["a_00001"]["lr_schedule"], got["a_00001"]["cloned_from"]) == ("0:0.01", "")
+    plot_sweep(table, cfg, tmp_path / "p.png")  # three panels: the third draws the schedules
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+class _Controller:
+    """What PBT's decision asks of Tune's controller (no Ray: trials are stubs, a save is a checkpoint path)."""
+
+    search_alg = None
+
+    def __init__(self, trials):
+        self.trials = trials
+
+    def get_trials(self):
+        return self.trials
+
+    def get_live_trials(self):
+        return [t for t in self.trials if not t.is_finished()]
+
+    def _schedule_trial_save(self, trial, result=None):
+        from ray.train import Checkpoint
+
+        return Checkpoint(f"/nowhere/{trial.trial_id}")
+
+    def pause_trial(self, trial, should_checkpoint=True):
+        from ray.tune.experiment import Trial
+
+        trial.set_status(Trial.PAUSED)
+
+
+@pytest.mark.parametrize("strong_last", [True, False])
+def test_synchronous_pbt_restarts_only_trials_that_must(strong_last):
+    """Synchronous PBT pauses (= restarts: a new Ray Train run) a trial that reaches the sync point before the
+    others. The trial whose report completes it goes on when it is not exploited (CONTINUE), and is paused to take
+    the donor's checkpoint when it is (NOOP: the exploit paused it)."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    cfg = load("sweep.scheduler=pbt", "sweep.perturbation_interval=1", "sweep.synch=true", "train.epochs=3",
+               "sweep.quantile_fraction=0.5", "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}")
+    pbt = make_scheduler(cfg)
+    pbt.set_search_properties(cfg.sweep.metric, cfg.sweep.mode)
+    pbt._log_config = False  # no policy files: the stub trials have no storage
+    strong, weak = (Trial("__fake", config={"train.lr": lr}, stub=True) for lr in (0.01, 1e-5))
+    controller = _Controller([strong, weak])
+    for t in controller.trials:
+        pbt.on_trial_add(controller, t)
+        t.set_status(Trial.RUNNING)
+    first, last = (weak, strong) if strong_last else (strong, weak)
+    loss = {strong: 0.4, weak: 2.3}
+    assert pbt.on_trial_result(controller, first, {"epoch": 1, "val_loss": loss[first]}) == TrialScheduler.PAUSE
+    first.set_status(Trial.PAUSED)  # Tune paused it, keeping its latest checkpoint
+    first.run_metadata.checkpoint_manager._latest_checkpoint_result = _TrainingResult(
+        checkpoint=Checkpoint(f"/nowhere/{first.trial_id}"), metrics={})
+    decision = pbt.on_trial_result(controller, last, {"epoch": 1, "val_loss": loss[last]})
+    assert decision == (TrialScheduler.CONTINUE if strong_last else TrialScheduler.NOOP)
+    assert weak.status == Trial.PAUSED and strong.status == (Trial.RUNNING if strong_last else Trial.PAUSED)
+    assert weak.run_metadata.checkpoint_manager._latest_checkpoint_result.checkpoint.path == \
+        f"/nowhere/{strong.trial_id}"  # the weak trial restarts from the strong one's checkpoint

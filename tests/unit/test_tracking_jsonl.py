@@ -219,3 +219,28 @@ def test_using_the_backend_does_not_import_mlflow(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("kind", ["jsonl", pytest.param("mlflow", marks=pytest.mark.slow)])  # sqlite store: s
+def test_a_run_is_found_by_name_and_storage_not_by_name_alone(tmp_path: Path, kind: str) -> None:
+    """Two storages holding a run of the same name are two logical runs (the second trains from step 0): two
+    tracking runs. The same storage again is a resume of the first."""
+    if kind == "mlflow":
+        pytest.importorskip("mlflow")
+        from tracking.mlflow_backend import MlflowBackend
+
+        b = MlflowBackend(f"sqlite:///{tmp_path}/mlflow.db", tmp_path)
+    else:
+        b = open_backend("jsonl", None, tmp_path)
+
+    def go(storage: str | None) -> tuple[TrackingSpec, bool]:
+        return b.start_run("exp", "same", kind="train", spool_path=tmp_path / "s.jsonl", storage=storage)
+
+    first, resumed = go("/data/a")
+    assert not resumed
+    again, resumed = go("/data/a")
+    assert resumed and again.run_id == first.run_id
+    other, resumed = go("s3://bucket/a")
+    assert not resumed and other.run_id != first.run_id
+    anywhere, resumed = go(None)  # no storage given (a tool reading runs): one of that name
+    assert resumed and anywhere.run_id in {first.run_id, other.run_id}
