@@ -11,6 +11,8 @@ engine's own WorkerData (the sampler, micro-batches, prefetch):
     dataloader  a map-style torch Dataset read per sample by a DataLoader with 2 worker processes
     ray_data    Parquet files read by Ray Data (elastic_train.data.ray_source: read, materialise, sort by id),
                 then trained as an in-memory set; its read time is reported and also charged to the epoch
+    ray_stream  the same files streamed (data.ray_mode=stream: elastic_train.data.stream, one worker, its own
+                streaming_split); the driver's counting pass is reported as read_s and charged likewise
 
 Sides alternate, repeated; medians. ``data_wait_share`` is the part of the epoch spent waiting for batches
 (time in the data iterator over the whole epoch). Ratios are against the DataLoader side, measured in the same run.
@@ -74,12 +76,12 @@ def write_parquet(folder: Path, x: np.ndarray, y: np.ndarray, files: int = 4) ->
 
 def train_epoch(bundle, loader_workers: int) -> dict[str, float]:
     from elastic_train.data.batching import BatchPlan
-    from elastic_train.data.loader import WorkerData
+    from elastic_train.data.loader import worker_data
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    data = WorkerData(bundle, BatchPlan(G, 1, None), 0, 0, torch.device("cpu"), loader_workers=loader_workers)
+    data = worker_data(bundle, BatchPlan(G, 1, None), 0, 0, torch.device("cpu"), loader_workers=loader_workers)
     wait, samples = 0.0, 0
     t0 = time.perf_counter()
     it = data.epoch(0)
@@ -118,22 +120,25 @@ def main() -> None:
         mapstyle = DataBundle(MapStyle(x, y), MapStyle(x[:G], y[:G]), spec)
         with tempfile.TemporaryDirectory() as tmp:
             write_parquet(Path(tmp), x.numpy(), y.numpy())
-            cfg = config.compose({}, config.parse_overrides([
-                "data.name=ray", f"data.path={tmp}", "data.features=[x]", "data.id_column=id",
-                "data.val_fraction=0.01"]))
+            ray_args = ["data.name=ray", f"data.path={tmp}", "data.features=[x]", "data.id_column=id",
+                        "data.val_fraction=0.01"]
+            cfg = config.compose({}, config.parse_overrides([*ray_args, "data.ray_mode=materialize"]))
+            stream_cfg = config.compose({}, config.parse_overrides([*ray_args, "data.ray_mode=stream"]))
             from elastic_train.data.ray_source import build_ray
 
-            results: dict[str, list[dict[str, float]]] = {"in_memory": [], "dataloader": [], "ray_data": []}
+            results: dict[str, list[dict[str, float]]] = {"in_memory": [], "dataloader": [], "ray_data": [],
+                                                          "ray_stream": []}
             for _ in range(repeats):  # alternate the sides
                 results["in_memory"].append(train_epoch(mem, 0))
                 results["dataloader"].append(train_epoch(mapstyle, 2))
-                t0 = time.perf_counter()
-                bundle = build_ray(cfg)
-                read_s = time.perf_counter() - t0
-                r = train_epoch(bundle, 0)
-                total = r["wall_s"] + read_s
-                results["ray_data"].append({**r, "read_s": read_s,
-                                            "samples_per_s_with_read": r["samples_per_s"] * r["wall_s"] / total})
+                for side, c in (("ray_data", cfg), ("ray_stream", stream_cfg)):
+                    t0 = time.perf_counter()
+                    bundle = build_ray(c)
+                    read_s = time.perf_counter() - t0
+                    r = train_epoch(bundle, 0)
+                    total = r["wall_s"] + read_s
+                    results[side].append({**r, "read_s": read_s,
+                                          "samples_per_s_with_read": r["samples_per_s"] * r["wall_s"] / total})
     finally:
         ray.shutdown()
     med = {side: {k: statistics.median(run[k] for run in runs) for k in runs[0]} for side, runs in results.items()}
@@ -144,6 +149,8 @@ def main() -> None:
         "ratio_in_memory_vs_dataloader": round(med["in_memory"]["samples_per_s"] / base, 3),
         "ratio_ray_data_vs_dataloader": round(med["ray_data"]["samples_per_s"] / base, 3),
         "ratio_ray_data_with_read_vs_dataloader": round(med["ray_data"]["samples_per_s_with_read"] / base, 3),
+        "ratio_ray_stream_vs_dataloader": round(med["ray_stream"]["samples_per_s"] / base, 3),
+        "ratio_ray_stream_with_read_vs_dataloader": round(med["ray_stream"]["samples_per_s_with_read"] / base, 3),
     }
     print(json.dumps(out, indent=2))
 

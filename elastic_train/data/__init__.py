@@ -6,6 +6,7 @@
     batching.py  BatchPlan: one global batch over W workers and micro-batches (invariant 2)
     sampler.py   the data order, a pure function of (seed, epoch) (invariant 3)
     loader.py    WorkerData: one worker's micro-batches on its device
+    stream.py    StreamData: the same from a streamed source, exactly once per epoch by consumed ids
 
 Only torch and numpy here (no Ray, no MLflow, no pydantic at run time).
 """

@@ -11,11 +11,16 @@ pyproject.toml names this one exception). Two stages, both on the driver before 
   ``map_batches`` with ``data.preprocess_cpus`` per task, checks the columns again on the result, materialises
   the columns the model needs and sorts the rows by ``data.id_column`` (else by file and row order).
 
-What this gives (DESIGN invariant 8): the engine receives an in-memory :class:`TensorSet` whose row order does
+That is ``data.ray_mode=materialize``. ``data.ray_mode=stream`` (:func:`build_stream`, :class:`StreamSource`)
+keeps no rows in memory: the driver counts, the workers stream each epoch through ``streaming_split`` and
+:mod:`elastic_train.data.stream` makes it exactly once per epoch across restarts (not bitwise). ``auto`` picks
+by the decoded size against the object store (:func:`data_bytes`).
+
+What materialising gives (DESIGN invariant 8): the engine receives an in-memory :class:`TensorSet` whose row order does
 not depend on how Ray Data scheduled the read, so the sampler's order is a pure function of (seed, epoch) and a
 restart or resize is exactly-once per epoch and, at the same world size, bitwise. What it does not give: the
-data is materialised on the driver and shared through the object store, so it must fit in memory; it is not
-streamed through ``get_dataset_shard`` (see docs/ray-data.md).
+data is materialised on the driver and shared through the object store, so it must fit in memory (see
+docs/ray-data.md).
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
 STORE = 80_000_000  # Ray's minimum object store is 75 MiB (78.6 MB)
 
 
+@pytest.mark.subprocess
 def test_a_data_set_four_times_the_object_store_streams_through_an_epoch(home, tmp_path):
     """Its own embedded Ray (a subprocess): 4 CPUs, an 80 MB object store; 20,000 rows of 16 kB = 328 MB in
     memory (a few MB on disk). data.ray_mode=auto picks streaming from the Parquet footers' size."""
@@ -70,3 +71,22 @@ def test_a_data_set_four_times_the_object_store_streams_through_an_epoch(home, t
     assert "streamed (auto: " in done.stdout, done.stdout[-3000:]
     assert json.loads(summary.read_text())["status"] == "FINISHED"
     assert stream_exactly_once_problems(read_trace(trace), n_train(rows), g, epochs=1) == []
+
+
+def test_stream_mode_resized_mid_epoch_from_one_to_two_workers_is_exactly_once(ray_session, home, tmp_path,
+                                                                               monkeypatch, capsys):
+    """1 worker fails at step 8 (no retries left: the run stops after its step-6 checkpoint); the same run resumed
+    on 2 workers continues epoch 1 at that checkpoint, with the 1-worker ids filtered out."""
+    n = write_digits_parquet(str(tmp_path / "digits"), files=4)
+    trace = tmp_path / "trace"
+    common = [*stream_overrides(tmp_path / "digits", trace), "checkpoint.every_steps=3", "train.epochs=1"]
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "step=8,rank=0,mode=raise")
+    run_job(home, "stream-resize", *common, "scaling.num_workers=1", "failure.max_failures=0", expect=1)
+    monkeypatch.delenv("ELASTIC_TRAIN_FAULT")
+    summary = run_job(home, "stream-resize", *common, "scaling.num_workers=2")
+    out = capsys.readouterr().out
+    assert summary["world_sizes"] == [1, 2], summary["world_sizes"]
+    assert re.search(r"resumed from checkpoint_\d+ \(epoch 1, step [1-9]", out), out
+    records = read_trace(trace)
+    assert {r["world_size"] for r in records if "step" in r} == {1, 2}
+    assert stream_exactly_once_problems(records, n_train(n), G, epochs=1) == []

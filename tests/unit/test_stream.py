@@ -121,3 +121,30 @@ def test_a_resume_without_the_consumed_ids_is_refused():
     d = stream_data(100, 10, 1, 0)
     with pytest.raises(RuntimeError, match="no consumed ids"):
         next(d.epoch(0, start_step=2))
+
+
+def test_the_decoded_size_counts_fixed_width_columns_not_their_compressed_bytes(tmp_path):
+    from elastic_train.data.ray_source import data_bytes, list_files
+    from tests.helpers.ray_data import write_wide_parquet
+
+    in_memory = write_wide_parquet(str(tmp_path), rows=1000, width=512, files=2)
+    found = list_files(str(tmp_path), "parquet")
+    assert found.total_bytes < in_memory / 20  # a label repeated compresses to almost nothing
+    assert in_memory <= data_bytes("parquet", found) <= in_memory * 1.1  # x plus the id and label columns
+
+
+@pytest.mark.parametrize(("cpus", "workers", "ok"), [(4, 2, True), (2, 2, False), (3, 2, True)])
+def test_a_stream_needs_a_cpu_the_workers_leave(cpus, workers, ok):
+    from elastic_train import config
+    from elastic_train.launch.preflight import NodeInfo, PreflightReport, _check_stream_cpus
+
+    cfg = config.compose({}, config.parse_overrides([f"scaling.num_workers={workers}"]))
+    report = PreflightReport([NodeInfo("n", "127.0.0.1", cpus, 0)], False, {"CPU": 1.0}, fit_workers=cpus,
+                             requested=(workers, workers), storage_path="/tmp", storage_shared=None, plans=[],
+                             data={"mode": "stream"}, model_parameters=1)
+    if ok:
+        _check_stream_cpus(cfg, report)
+    else:
+        with pytest.raises(ConfigError) as e:
+            _check_stream_cpus(cfg, report)
+        assert e.value.field == "scaling.num_workers" and "Ray Data" in str(e.value)
