@@ -67,3 +67,11 @@ def test_the_cleaners_monitor_dying_of_anything_else_still_prints():
     assert without_benign_blocks(other) == other
     mixed = [CLEANER_NO_ADDRESS[0], *OVERLOAD[1:]]  # a block's start with another block's end: not benign
     assert without_benign_blocks(mixed) == mixed
+
+
+def test_a_pbt_trials_restore_notice_is_dropped():
+    printed = []
+    line = ("Restored on 192.0.2.2 from checkpoint: Checkpoint(filesystem=local, "
+            "path=/tmp/i13q/store/p3/tune-8b00c_00000/checkpoint_000001)")
+    _WithoutBenignLines(printed.append)({"pid": 9, "lines": [line, "Restore failed: kept"]})
+    assert printed == [{"pid": 9, "lines": ["Restore failed: kept"]}]
