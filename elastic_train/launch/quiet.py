@@ -21,6 +21,12 @@ Two lines a healthy run would otherwise show:
   saturated (Ray's own message: "safe to ignore" then). Only that exact block (the message, its traceback, ending
   in ``ray.exceptions.GetTimeoutError``) is dropped from the console; any other failure of that call prints, and
   the block stays in the controller's log file.
+* Ray Train's ``PlacementGroupCleaner`` (a detached actor per Train run): its ``Detected that the Ray Train
+  controller actor (...) is dead. Cleaning up placement group`` WARNING, which is it doing its job after a sweep
+  stopped or paused a trial; and, with a second Ray instance on the machine, the traceback of its monitor thread
+  (``Exception in thread PlacementGroupCleanerMonitor:`` ... ``ConnectionError: Found multiple active Ray
+  instances``): it queries the state API without an address. The controller stops it when the run ends; a
+  sweep's reaper (:mod:`elastic_train.sweep.placement_groups`) removes what a stopped trial left.
 """
 
 from __future__ import annotations
@@ -42,6 +48,12 @@ BENIGN_FORWARDED_LINES = re.compile(
     # and the note that progress bars are off (we turn them off), forwarded from the actor's own logger.
     r"|Progress bars disabled\. To enable, set `ray\.data\.DataContext"
     r"|Dataset \S+ execution finished in [0-9.]+ seconds$"
+    # A PlacementGroupCleaner doing its job: the Train controller it watched is gone (a sweep's stopped or
+    # paused trial) and it removes that run's placement group.
+    r"|^Detected that the Ray Train controller actor \([0-9a-f]+\) is dead\. Cleaning up placement group"
+    # Tune's INFO in a PBT trial's new process as it starts from a donor's checkpoint (logged before the trial
+    # function runs; the trial's MLflow run records the exploit).
+    r"|^Restored on \S+ from checkpoint: Checkpoint\(filesystem="
 )
 
 
@@ -64,26 +76,44 @@ def quiet_ray_driver_logs() -> None:
         logger.addFilter(_DropMessages(BENIGN_RAY_MESSAGES))
 
 
-# A forwarded WARNING and its traceback (one batch), dropped only when the traceback ends in this exception.
-BENIGN_FORWARDED_BLOCK_START = re.compile(r"^Failed to send resource request for train-")
-BENIGN_FORWARDED_BLOCK_END = re.compile(r"^ray\.exceptions\.GetTimeoutError: ")
+# Forwarded blocks (one batch): a start line, a traceback, and an end line; dropped only when all three match.
+BENIGN_FORWARDED_BLOCKS = (
+    # The Train controller's WARNING when its call to the autoscaling coordinator times out (CPUs saturated).
+    (re.compile(r"^Failed to send resource request for train-"), re.compile(r"^ray\.exceptions\.GetTimeoutError: ")),
+    # Ray Train's detached PlacementGroupCleaner asks the state API for "the" local cluster without an address;
+    # with a second Ray instance on the machine its monitor thread dies on its first check. The controller still
+    # stops it when the run ends, and a sweep's reaper removes what a stopped trial's controller left.
+    (re.compile(r"^Exception in thread PlacementGroupCleanerMonitor:$"),
+     re.compile(r"^ConnectionError: Found multiple active Ray instances: ")),
+)
+
+
+def _block_end(lines: list[Any], i: int) -> int | None:
+    """The index after the benign block starting at ``lines[i]``, or None when none starts there."""
+    if not isinstance(lines[i], str):
+        return None
+    for start, end in BENIGN_FORWARDED_BLOCKS:
+        if not start.search(lines[i]):
+            continue
+        j = i + 1
+        if j < len(lines) and isinstance(lines[j], str) and lines[j].startswith("Traceback"):
+            j += 1
+            while j < len(lines) and isinstance(lines[j], str) and lines[j].startswith(" "):
+                j += 1
+            if j < len(lines) and isinstance(lines[j], str) and end.search(lines[j]):
+                return j + 1
+    return None
 
 
 def without_benign_blocks(lines: list[Any]) -> list[Any]:
     """``lines`` less each benign block: its start line, a traceback, and its end line (all or nothing)."""
     out, i = [], 0
     while i < len(lines):
-        line = lines[i]
-        if isinstance(line, str) and BENIGN_FORWARDED_BLOCK_START.search(line):
-            j = i + 1
-            if j < len(lines) and isinstance(lines[j], str) and lines[j].startswith("Traceback"):
-                j += 1
-                while j < len(lines) and isinstance(lines[j], str) and lines[j].startswith(" "):
-                    j += 1
-                if j < len(lines) and isinstance(lines[j], str) and BENIGN_FORWARDED_BLOCK_END.search(lines[j]):
-                    i = j + 1
-                    continue
-        out.append(line)
+        after = _block_end(lines, i)
+        if after is not None:
+            i = after
+            continue
+        out.append(lines[i])
         i += 1
     return out
 

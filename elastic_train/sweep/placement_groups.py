@@ -88,58 +88,54 @@ def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
     return [pg.placement_group_id.hex() for pg in _live_actor_created_groups(job_id)]
 
 
-def stranded_cleaners(job_id: str | None = None) -> list[dict[str, Any]]:
-    """Live ``PlacementGroupCleaner`` actors (detached) whose Train controller of this job is dead.
+def _actor_records() -> Iterator[Any]:
+    """GCS records (``ActorTableData``) of every actor in the cluster."""
+    from ray._private.state import state
+    from ray.core.generated import gcs_pb2
+
+    for raw in state._connect_and_get_accessor().get_actor_table(None, None):
+        yield gcs_pb2.ActorTableData.FromString(raw)
+
+
+def stranded_cleaners(job_id: str | None = None) -> list[str]:
+    """Hex ids of live ``PlacementGroupCleaner`` actors (detached) whose Train controller of this job is dead.
 
     Their one duty -- removing the dead controller's placement group -- is done here; without a working state
     API they never learn that the controller died, and live (polling once a second) until the cluster stops.
+    A cleaner's owner is its controller, matched by worker id (an address can be reused by a later process).
     """
-    from ray._private.state import actors
+    from ray.core.generated import gcs_pb2
 
     job_id = job_id or ray.get_runtime_context().get_job_id()
-    table = actors()
-    dead_controllers = {_where(a["Address"]) for a in table.values()
-                        if a.get("ActorClassName") == "TrainController"
-                        and a["State"] == "DEAD" and a["JobID"] == job_id}
-    return [a for a in table.values()
-            if a.get("ActorClassName") == "PlacementGroupCleaner" and a["State"] == "ALIVE"
-            and _where(a.get("OwnerAddress") or {}) in dead_controllers]
-
-
-def _where(address: dict[str, Any]) -> tuple[Any, Any]:
-    return address.get("IPAddress"), address.get("Port")
+    alive, dead = gcs_pb2.ActorTableData.ALIVE, gcs_pb2.ActorTableData.DEAD
+    records = list(_actor_records())
+    dead_controllers = {a.address.worker_id for a in records
+                        if a.class_name == "TrainController" and a.state == dead and a.job_id.hex() == job_id}
+    return [a.actor_id.hex() for a in records
+            if a.class_name == "PlacementGroupCleaner" and a.state == alive
+            and a.owner_address.worker_id in dead_controllers]
 
 
 def end_stranded_cleaners(job_id: str | None = None) -> int:
-    """End what :func:`stranded_cleaners` finds. They are unnamed and this process holds no handle to them, so
-    ``ray.kill`` cannot reach them: a zero-CPU task on each one's node sends SIGTERM to its process."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    """End what :func:`stranded_cleaners` finds, as ``ray.kill`` ends an actor (an intended exit: no raylet
+    "worker died ... unexpected system error" line, no ``SystemExit`` traceback on the console, as ending the
+    process with a signal printed). They are unnamed and this process holds no handle to them, and ``ray.kill``
+    needs one: the GCS's own kill call takes the actor id."""
+    ids = stranded_cleaners(job_id)
+    if not ids:
+        return 0
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
-    by_node: dict[str, list[int]] = {}
-    for a in stranded_cleaners(job_id):
-        by_node.setdefault(a["Address"]["NodeID"], []).append(int(a["Pid"]))
-    refs = [_terminate_cleaners.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-            ).remote(pids)
-            for node, pids in by_node.items()]
-    return sum(ray.get(refs, timeout=30)) if refs else 0
-
-
-@ray.remote(num_cpus=0)
-def _terminate_cleaners(pids: list[int]) -> int:
-    import os
-    import signal
-    from pathlib import Path
-
-    ended = 0
-    for pid in pids:
-        try:
-            if b"PlacementGroupCleaner" in Path(f"/proc/{pid}/cmdline").read_bytes():  # still that actor
-                os.kill(pid, signal.SIGTERM)
-                ended += 1
-        except OSError:
-            pass  # gone meanwhile
-    return ended
+    channel = init_grpc_channel(ray.get_runtime_context().gcs_address)
+    try:
+        actors = gcs_service_pb2_grpc.ActorInfoGcsServiceStub(channel)
+        for actor_id in ids:
+            actors.KillActorViaGcs(gcs_service_pb2.KillActorViaGcsRequest(
+                actor_id=bytes.fromhex(actor_id), force_kill=True, no_restart=True), timeout=10)
+    finally:
+        channel.close()
+    return len(ids)
 
 
 class OrphanedPlacementGroupReaper(Callback):

@@ -10,6 +10,7 @@ one-slot queue to the trial's own thread, which reports both to Tune (Tune copie
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,9 @@ def fit_reporting_checkpoints(run: Callable[[list[Any]], Any]) -> Any:
     from ray import tune
     from ray.tune import Checkpoint
 
+    # Tune's report in this process logs "Checkpoint successfully created at: ..." at INFO for every report: on
+    # the sweep's console, once per epoch per trial. The sweep prints its own line per trial (progress.py).
+    logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
     box: dict[str, Any] = {}
 

@@ -36,3 +36,42 @@ def test_the_printer_gets_the_batch_less_the_block_or_nothing():
     printer({"pid": 1, "lines": list(OVERLOAD)})
     printer({"pid": 1, "lines": ["kept", *OVERLOAD]})
     assert printed == [{"pid": 1, "lines": ["kept"]}]
+
+
+# Ray 2.60's PlacementGroupCleaner monitor thread with a second Ray on the machine (seen in a sweep, issue 13).
+CLEANER_NO_ADDRESS = [
+    "Exception in thread PlacementGroupCleanerMonitor:",
+    "Traceback (most recent call last):",
+    '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045, in _bootstrap_inner',
+    "    self.run()",
+    '  File ".../ray/train/v2/_internal/execution/controller/placement_group_cleaner.py", line 80, in _monitor_loop',
+    "    alive = is_actor_alive(",
+    '  File ".../ray/_private/services.py", line 759, in canonicalize_bootstrap_address_or_die',
+    "    raise ConnectionError(",
+    "ConnectionError: Found multiple active Ray instances: {'192.0.2.2:33443', '192.0.2.2:34237'}. Please specify "
+    "the one to connect to by setting the `--address` flag or `RAY_ADDRESS` environment variable.",
+]
+CLEANER_AT_WORK = ("Detected that the Ray Train controller actor (a1b2c3d4e5f60718293a4b5c01000000) is dead. "
+                   "Cleaning up placement group = [2cd1e2f3a4b5c6d7e8f901000000] created by this run.")
+
+
+def test_the_cleaners_monitor_traceback_and_cleanup_notice_are_dropped():
+    printed = []
+    printer = _WithoutBenignLines(printed.append)
+    printer({"pid": 7, "lines": [*CLEANER_NO_ADDRESS, CLEANER_AT_WORK, "kept"]})
+    assert printed == [{"pid": 7, "lines": ["kept"]}]
+
+
+def test_the_cleaners_monitor_dying_of_anything_else_still_prints():
+    other = [*CLEANER_NO_ADDRESS[:-1], "RuntimeError: something else"]
+    assert without_benign_blocks(other) == other
+    mixed = [CLEANER_NO_ADDRESS[0], *OVERLOAD[1:]]  # a block's start with another block's end: not benign
+    assert without_benign_blocks(mixed) == mixed
+
+
+def test_a_pbt_trials_restore_notice_is_dropped():
+    printed = []
+    line = ("Restored on 192.0.2.2 from checkpoint: Checkpoint(filesystem=local, "
+            "path=/tmp/i13q/store/p3/tune-8b00c_00000/checkpoint_000001)")
+    _WithoutBenignLines(printed.append)({"pid": 9, "lines": [line, "Restore failed: kept"]})
+    assert printed == [{"pid": 9, "lines": ["Restore failed: kept"]}]
