@@ -171,8 +171,9 @@ class World:
             ray.init(address=cluster.address, logging_level="ERROR")  # to read free CPUs
             server.start()
         except BaseException:
-            cluster.shutdown()
             server.stop()
+            ray.shutdown()
+            cluster.shutdown()
             raise
         return cls(home, cluster, server)
 
