@@ -342,7 +342,9 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                     ev["jit_checkpoint"] = ok and wait_until(lambda: _preemption_checkpoint(run_home), 30)
                     ev["removed_unix"] = time.time()
                 world.cluster.remove_node(nodes[0])
-                actions.append((step + schedule[i]["until"] - schedule[i]["step"], 1, "readd", i))
+                removed_at = progress.poll()  # a drain waited: count the window from the removal
+                ev["removed_step"] = removed_at
+                actions.append((removed_at + schedule[i]["until"] - schedule[i]["step"], 1, "readd", i))
             elif what == "readd":
                 world.cluster.add_node(num_cpus=world.node_cpus)
                 ev.update(readded_step=step, readded_unix=time.time())
@@ -443,7 +445,7 @@ def analyse(schedule: list[dict], events: list[dict], markers: Path) -> list[dic
             if ev.get("fired"):
                 row["detection_s"] = 0.0
         rows.append(row)
-    times = sorted(r["unix"] for r in rows if r.get("fired"))
+    times = sorted(r["unix"] for r in rows if r.get("fired") and r["kind"] != "mlflow")  # faults that restart
     for row in rows:
         if row.get("fired") and row["kind"] != "mlflow":
             later = [t for t in times if t > row["unix"]]
