@@ -31,7 +31,7 @@ class MlflowServer:
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 90) -> MlflowServer:
+    def start(self, timeout_s: float = 240) -> MlflowServer:
         """Start it and wait (bounded) until ``/health`` answers."""
         argv = [sys.executable, "-m", "tracking.server", "--port", str(self.port), "--home", str(self.home),
                 "--workers", "1"]
