@@ -6,12 +6,13 @@ STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 MLFLOW_PORT ?= 5000
 
-.PHONY: help install demo test test-fast lint bench bench-all mlflow-ui clean
+.PHONY: help install demo test test-fast test-long lint bench bench-all mlflow-ui clean
 
 help:
 	@echo "make demo       train the default config (digits, 2 DDP workers) on an embedded local Ray"
 	@echo "make test       the whole test suite (unit, distributed, cluster, e2e)"
 	@echo "make test-fast  unit tests, in-process only (not slow, no subprocess; < 1 min)"
+	@echo "make test-long  the longer variants left out of make test (more fault-campaign seeds, a streamed resize)"
 	@echo "make lint       ruff, import-linter contracts (pyproject.toml), hadolint"
 	@echo "make bench      engine overhead vs plain PyTorch (JSON, ~2 min)"
 	@echo "make bench-all  + recovery (~3 min) and ASHA vs grid sweep cost (~12 min)"
@@ -30,7 +31,10 @@ demo: $(STAMP)
 	$(PY) -m jobs.train --config configs/digits.yaml --summary-json results/demo-summary.json
 
 test: $(STAMP)
-	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not long" --durations=25 $(PYTEST_ARGS)
+
+test-long: $(STAMP)
+	$(PY) -m pytest -m long --durations=25 $(PYTEST_ARGS)
 
 # Unit tests that run in this process and in seconds; the `slow` (torch.compile, timings) and `subprocess`
 # (real `python -m jobs.*`) ones run in `make test`.

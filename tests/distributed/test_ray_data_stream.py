@@ -73,6 +73,7 @@ def test_a_data_set_four_times_the_object_store_streams_through_an_epoch(home, t
     assert stream_exactly_once_problems(read_trace(trace), n_train(rows), g, epochs=1) == []
 
 
+@pytest.mark.long  # `make test-long`; make test has the killed-worker case and tests/unit/test_stream.py a resize
 def test_stream_mode_resized_mid_epoch_from_one_to_two_workers_is_exactly_once(ray_session, home, tmp_path,
                                                                                monkeypatch, capsys):
     """1 worker fails at step 8 (no retries left: the run stops after its step-6 checkpoint); the same run resumed
