@@ -17,7 +17,9 @@ MLFLOW_LOGGING_LEVEL = "MLFLOW_LOGGING_LEVEL"  # read by MLflow itself (mlflow.u
 
 def quiet_mlflow_logging() -> None:
     """``MLFLOW_LOGGING_LEVEL`` defaults to WARNING in this process (and the processes it starts); applied at once
-    too, for an MLflow already imported. Idempotent."""
+    too, for an MLflow already imported. Idempotent. MLflow's "View run ... at: URL" stdout lines (printed when a
+    run on a tracking server ends or gets a model) are off too: the run summary prints the run's address once."""
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     level = os.environ.setdefault(MLFLOW_LOGGING_LEVEL, "WARNING").upper()
     try:
         logging.getLogger("mlflow").setLevel(level)
