@@ -52,9 +52,7 @@ class MlflowTracker:
         quiet_client_retries()
         quiet_mlflow_logging()  # also on the Train controller (checkpoint callback) and in the sender child
         self.spec = spec
-        # metrics logged unless_logged at steps <= this are dropped (skip_logged_steps); None: not known yet (the
-        # server was away), the sender thread asks it before it sends them
-        self._floor: int | None = -1
+        self._floor = -1  # metrics logged unless_logged at steps <= this are dropped (skip_logged_steps)
         self.client: Any = None  # created by the sender thread: importing mlflow takes seconds
         self._system_wanted = start_system_metrics if start_system_metrics is not None else spec.system_metrics
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -79,22 +77,17 @@ class MlflowTracker:
 
         try:
             self._floor = last_logged_step(self.spec.uri, self.spec.run_id)
-        except Exception:  # noqa: BLE001 - the server is away: the sender asks it again when it is back
-            # Not ``fallback`` (the worker's own record): it lags what reached the server (a step logged twice)
-            # or leads it (a queued step lost with the process, never logged again). The server's answer, once
-            # it answers, is the only floor that gives every step exactly once.
-            self._floor = None
+        except Exception:  # noqa: BLE001 - the server is away: the caller's own record stands in
+            self._floor = fallback
 
     def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None, *,
                     unless_logged: bool = False) -> None:
-        floor = self._floor
-        if unless_logged and floor is not None and step <= floor:
+        if unless_logged and step <= self._floor:
             return
-        kind = "metric_unless" if unless_logged and floor is None else "metric"  # the sender decides, later
         ts = timestamp_ms or int(time.time() * 1000)
         for k, v in metrics.items():
             if isinstance(v, int | float) and not isinstance(v, bool) and v == v:  # numbers, not NaN
-                self._queue.put((kind, (k, float(v), ts, int(step))))
+                self._queue.put(("metric", (k, float(v), ts, int(step))))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         for k, v in tags.items():
@@ -194,17 +187,11 @@ class MlflowTracker:
             return
         from mlflow.entities import Metric, Param, RunTag
 
-        if self._floor is None and any(kind == "metric_unless" for kind, _ in self._pending):
-            from tracking.runs import last_logged_step
-
-            self._floor = last_logged_step(self.spec.uri, self.spec.run_id)  # raises while the server is away
         metrics, params, tags, n = [], [], [], 0
         for kind, item in self._pending:
             if kind == "artifacts":
                 break
-            if kind == "metric_unless" and self._floor is not None and item[3] <= self._floor:
-                n += 1  # the run holds this step already (sent before a restart): dropped, not sent twice
-            elif kind in ("metric", "metric_unless") and len(metrics) < MAX_METRICS:
+            if kind == "metric" and len(metrics) < MAX_METRICS:
                 metrics.append(Metric(*item))
             elif kind == "param" and len(params) < MAX_PARAMS:
                 params.append(Param(*item))
@@ -213,8 +200,7 @@ class MlflowTracker:
             else:
                 break
             n += 1
-        if metrics or params or tags:
-            self.client.log_batch(self.spec.run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
+        self.client.log_batch(self.spec.run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
         with self._lock:
             for _ in range(n):
                 self._pending.popleft()
@@ -226,7 +212,6 @@ class MlflowTracker:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             for kind, item in items:
-                kind = "metric" if kind == "metric_unless" else kind
                 f.write(json.dumps({"run_id": self.spec.run_id, "kind": kind, **_as_json(kind, item)}) + "\n")
         log.warning("MLflow: %d items could not be sent; written to %s", len(items), path)
         return str(path)

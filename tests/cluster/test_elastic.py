@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import tiny
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+# `make test-long`: tests/cluster/test_chaos.py's seed 12 drains, removes and re-adds a node in `make test`
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.long]
 
 STEPS_PER_EPOCH = 1438 // 32
 EPOCHS = 12

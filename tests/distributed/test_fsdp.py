@@ -70,6 +70,7 @@ def test_fsdp_matches_ddp(reference):
         assert close(fsdp["final_metrics"][key], ddp["final_metrics"][key], f"fsdp vs ddp {key}"), key
 
 
+@pytest.mark.long  # `make test-long`; make test keeps FSDP's crash-and-resume at the same world size
 def test_fsdp_checkpoint_from_2_workers_resumes_on_1(reference):
     tmp, fsdp = reference
     run(tmp, "resized", FSDP, "train.epochs=1")  # one epoch on 2 workers, then a sharded checkpoint

@@ -38,15 +38,20 @@ READY_TIMEOUT_S = 120.0
 # ---------------------------------------------------------------------------------------- ports
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports that are free right now (all held open while choosing, so no duplicates)."""
-    socks = []
+def free_ports(n: int, avoid: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """``n`` distinct ports that are free right now and not in ``avoid`` (ports promised to a node that has not
+    bound them yet, e.g. its worker-port range): all held open while choosing, so no duplicates."""
+    socks, ports = [], []
     try:
-        for _ in range(n):
+        while len(ports) < n:
             s = socket.socket()
             s.bind(("", 0))
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            if s.getsockname()[1] not in avoid:
+                ports.append(s.getsockname()[1])
+            if len(socks) > n + 1000:
+                raise RuntimeError(f"no {n} free ports outside the {len(avoid)} already promised")
+        return ports
     finally:
         for s in socks:
             s.close()
@@ -78,7 +83,7 @@ def node_ports(taken: set[int]) -> list[str]:
     """``ray start`` flags giving every listening port of one node a free, explicit value."""
     names = ["node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port"]
-    ports = free_ports(len(names))
+    ports = free_ports(len(names), taken)
     taken.update(ports)
     lo, hi = free_port_range(64, taken)
     taken.update(range(lo, hi + 1))
@@ -223,6 +228,12 @@ class LocalCluster:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
         return env
 
+    def claim_port(self) -> int:
+        """A free port outside every range already promised to this cluster's nodes (then promised too)."""
+        port = free_ports(1, self.taken)[0]
+        self.taken.add(port)
+        return port
+
     def start_node(self, head: bool) -> RayProcess:
         n = len(self.processes)
         flags = ["--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--object-store-memory=200000000",
@@ -231,7 +242,7 @@ class LocalCluster:
         if head:
             env.update(RAY_PORT=str(self.gcs_port), RAY_DASHBOARD_PORT=str(self.dashboard_port))
             args = ["bash", str(ROOT / "cluster/local/start-head.sh"), *flags,
-                    f"--ray-client-server-port={free_ports(1)[0]}"]
+                    f"--ray-client-server-port={self.claim_port()}"]
         else:
             args = ["bash", str(ROOT / "cluster/local/add-worker.sh"), self.gcs_address, *flags]
         proc = RayProcess(args, env, self.work / f"node{n}.log")
