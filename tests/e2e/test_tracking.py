@@ -3,68 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.test_elastic import wait_for
-from tests.conftest import ROOT, tiny
+from tests.conftest import tiny
 from tests.e2e.conftest import free_ports
+from tests.helpers.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.e2e
 
 
-class MlflowServer:
-    """One `python -m tracking.server` process; ``stop()`` / ``start()`` keep the same port and store."""
-
-    def __init__(self, home: Path, port: int, basic_auth: bool = False, password: str = "s3cret-pass-Aa1"):
-        self.home, self.port, self.basic_auth, self.password = home, port, basic_auth, password
-        self.uri = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> MlflowServer:
-        argv = [sys.executable, "-m", "tracking.server",
-                "--port", str(self.port), "--home", str(self.home), "--workers", "1"]
-        env = dict(os.environ)
-        if self.basic_auth:
-            argv.append("--basic-auth")
-            env["MLFLOW_AUTH_ADMIN_PASSWORD"] = self.password
-        log = open(self.home / "server.log", "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
-        wait_for(self._healthy, 90, f"mlflow server on {self.uri}", poll=0.3)
-        return self
-
-    def _healthy(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"mlflow server exited: {(self.home / 'server.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.proc = None
-
-
 @pytest.fixture
 def mlflow_server(tmp_path):
-    server = MlflowServer(tmp_path / "mlflow", free_ports(1)[0])
-    server.home.mkdir()
-    yield server.start()
+    server = MlflowServer(tmp_path / "mlflow")
+    yield server.start(timeout_s=90)
     server.stop()
 
 
@@ -181,8 +136,7 @@ def test_unreachable_server_exits_2_unless_tracking_is_optional(ray_session, hom
 def test_basic_auth_refuses_anonymous_logging_and_accepts_credentials(tmp_path, monkeypatch):
     from mlflow.exceptions import MlflowException
 
-    server = MlflowServer(tmp_path / "auth", free_ports(1)[0], basic_auth=True)
-    server.home.mkdir()
+    server = MlflowServer(tmp_path / "auth", basic_auth=True)
     server.start()
     try:
         monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)

@@ -25,8 +25,10 @@ def free_port() -> int:
 class MlflowServer:
     """One ``python -m tracking.server`` process in its own session, one worker."""
 
-    def __init__(self, home: Path, port: int | None = None):
+    def __init__(self, home: Path, port: int | None = None, basic_auth: bool = False,
+                 password: str = "s3cret-pass-Aa1"):
         self.home, self.port = Path(home), port or free_port()
+        self.basic_auth, self.password = basic_auth, password
         self.home.mkdir(parents=True, exist_ok=True)
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -35,9 +37,12 @@ class MlflowServer:
         """Start it and wait (bounded) until ``/health`` answers."""
         argv = [sys.executable, "-m", "tracking.server", "--port", str(self.port), "--home", str(self.home),
                 "--workers", "1"]
+        env = dict(os.environ)
+        if self.basic_auth:
+            argv.append("--basic-auth")
+            env["MLFLOW_AUTH_ADMIN_PASSWORD"] = self.password
         with open(self.home / "server.log", "ab") as log:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ), stdout=log, stderr=log,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while not self.healthy():
             if self.proc.poll() is not None:

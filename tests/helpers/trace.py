@@ -36,10 +36,15 @@ def exactly_once_problems(records: list[dict], n_train: int, g: int, epochs: int
             if any(sorted(i for part in ranks.values() for i in part) != ids for ranks in complete[1:]):
                 problems.append(f"epoch {epoch} step {step}: a recomputation served other samples")
             seen.extend(ids)
-        if len(seen) != len(set(seen)) or len(seen) != (n_train // g) * g:
-            problems.append(f"epoch {epoch}: {len(seen) - len(set(seen))} repeated, "
-                            f"{(n_train // g) * g - len(set(seen))} missing")
+        problems += epoch_problems(epoch, seen, (n_train // g) * g)
     return problems
+
+
+def epoch_problems(epoch: int, seen: list[int], want: int) -> list[str]:
+    """An epoch's samples, all servings together, must be ``want`` distinct ids: none twice, none missing."""
+    if len(seen) == len(set(seen)) == want:
+        return []
+    return [f"epoch {epoch}: {len(seen) - len(set(seen))} repeated, {want - len(set(seen))} missing of {want}"]
 
 
 def final_servings(records: list[dict]) -> dict[tuple[int, int], list[int]]:
@@ -73,7 +78,5 @@ def stream_exactly_once_problems(records: list[dict], n_train: int, g: int, epoc
             if len(ids) != g:
                 problems.append(f"epoch {epoch} step {step}: {len(ids)} ids from its last worker group, want {g}")
             seen.extend(ids)
-        if len(seen) != len(set(seen)) or len(seen) != (n_train // g) * g:
-            problems.append(f"epoch {epoch}: {len(seen) - len(set(seen))} repeated, "
-                            f"{(n_train // g) * g - len(set(seen))} missing of {(n_train // g) * g}")
+        problems += epoch_problems(epoch, seen, (n_train // g) * g)
     return problems
