@@ -18,8 +18,7 @@ import pytest
 
 from tests.conftest import tiny
 
-# `make test-long`: tests/cluster/test_chaos.py's seed 12 drains, removes and re-adds a node in `make test`
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.long]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 STEPS_PER_EPOCH = 1438 // 32
 EPOCHS = 12
