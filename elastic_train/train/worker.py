@@ -55,6 +55,7 @@ class WorkerArgs:
 def train_loop_per_worker(args: dict[str, Any]) -> None:
     entered = time.time()
     checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
+    checkpoint, unregistered = _newest_checkpoint(checkpoint)
     wargs = WorkerArgs(**args)
     adopt = checkpoint is None and wargs.start_from is not None
     if adopt:  # this run has no checkpoint of its own yet: continue the donor's
@@ -74,11 +75,88 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
             session.restore(d)
         if adopt:
             session.adopt(RunRecord(run_name=wargs.run_name, mlflow_run_id=record.mlflow_run_id))
+    if unregistered and host.rank == 0:
+        host.console.line(f"{unregistered} is complete on storage but Ray Train had not registered it (a worker "
+                          "group failed before the controller collected every rank's report): resuming from it")
     session.begin_attempt(Path(checkpoint.path).name if checkpoint and not adopt else None)
     try:
         session.run()
     finally:
         session.close()
+
+
+def _newest_checkpoint(registered: Checkpoint | None) -> tuple[Checkpoint | None, str | None]:
+    """Ray Train's latest registered checkpoint, or a newer one this run's storage holds complete.
+
+    Ray Train registers a checkpoint once the controller has polled every rank's report; when a worker group
+    fails, the reports it has not collected yet are dropped (``before_worker_group_shutdown``), although every
+    rank's part is already on storage. Resuming from the registered one would recompute a checkpoint interval
+    or more, so rank 0 looks for a newer complete one (:func:`complete_on_storage`) and every rank takes its
+    choice. Returns ``(checkpoint, name of the unregistered one taken or None)``.
+    """
+    import torch.distributed as dist
+
+    choice: list[str | None] = [None]
+    if ray.train.get_context().get_world_rank() == 0:
+        try:
+            choice[0] = _newer_on_storage(registered)
+        except Exception:  # noqa: BLE001 - a listing that fails leaves Ray Train's choice
+            choice[0] = None
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(choice, src=0)
+    if choice[0] is None:
+        return registered, None
+    storage = ray.train.get_context().get_storage()
+    found = Checkpoint(f"{storage.experiment_fs_path}/{choice[0]}", filesystem=storage.storage_filesystem)
+    return found, choice[0]
+
+
+def _newer_on_storage(registered: Checkpoint | None) -> str | None:
+    """The name of the newest complete checkpoint in this run's storage folder newer than ``registered``."""
+    import pyarrow.fs
+
+    storage = ray.train.get_context().get_storage()
+    fs, root = storage.storage_filesystem, storage.experiment_fs_path
+    listing = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
+    names = sorted(i.base_name for i in listing
+                   if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_"))
+    floor = Path(registered.path).name if registered is not None else ""
+    for name in reversed(names):
+        if name <= floor:  # fixed-width step numbers: names sort by step
+            return None
+        if complete_on_storage(fs, f"{root}/{name}"):
+            return name
+    return None
+
+
+def complete_on_storage(fs: Any, path: str) -> bool:
+    """Every rank's part of the checkpoint at ``path`` is there: meta.json and train_state.pt, each saved rank's
+    RNG state, and the model: rank 0's model.pt (DDP) or every rank's shard files and the index (FSDP).
+
+    Checked while no worker group is running (a restart, a resumed driver), so nothing is uploading into it."""
+    import json
+
+    import pyarrow.fs
+
+    def files(sub: str) -> list[str]:
+        infos = fs.get_file_info(pyarrow.fs.FileSelector(f"{path}/{sub}", allow_not_found=True))
+        return [i.base_name for i in infos if i.type == pyarrow.fs.FileType.File]
+
+    top = set(files(""))
+    if not {"meta.json", "train_state.pt"} <= top:
+        return False
+    with fs.open_input_stream(f"{path}/meta.json") as f:
+        meta = json.loads(f.read().decode())
+    world = int(meta.get("metrics", {}).get("world_size") or 0)
+    if world < 1:
+        return False
+    rng = set(files("rng"))
+    if any(f"rank_{r}.pt" not in rng for r in range(world)):
+        return False
+    shards = files("dcp")  # FSDP: every rank's shard file and rank 0's index; DDP: rank 0's model.pt
+    if not shards:
+        return "model.pt" in top
+    return ".metadata" in shards and all(any(s.startswith(f"__{r}_") for s in shards) for r in range(world))
 
 
 def _process_start() -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -124,8 +125,11 @@ def test_rerunning_a_finished_run_trains_nothing(runs):
     assert json.loads((tmp / "two.json").read_text())["params_sha256"] == two["params_sha256"]
 
 
-def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(runs, ray_session):
-    """Kill the whole driver mid-run (SIGKILL), then ``--resume NAME``: same parameters, same MLflow run."""
+def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(runs, ray_session, capsys):
+    """Kill the whole driver mid-run (SIGKILL), then ``--resume NAME``: same parameters, same MLflow run.
+
+    Ray Train's registry of checkpoints (its snapshot file) is removed before the resume, as if the controller had
+    died before registering any: the workers resume from the newest checkpoint complete on storage instead."""
     import os
     import signal
     import subprocess
@@ -151,12 +155,15 @@ def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(run
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    snapshot.unlink()
     from jobs import train
 
     assert train.main(
         ["--resume", "killed", f"checkpoint.storage_path={tmp}", "--summary-json", str(tmp / "r.json")]
     ) == 0
     resumed = json.loads((tmp / "r.json").read_text())
+    assert re.search(r"checkpoint_0000000\d\d is complete on storage but Ray Train had not registered it",
+                     capsys.readouterr().out)
     assert resumed["run_name"] == "killed" and resumed["restarts"] >= 1
     assert resumed["params_sha256"] == two["params_sha256"]
     runs_named = MlflowClient(tracking_uri=resumed["tracking_uri"]).search_runs(
