@@ -158,10 +158,11 @@ class OutageGate:
             server.settimeout(None)
             with self._lock:
                 self._conns += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+            done = threading.Semaphore(0)  # each direction releases it once; the second one closes both
+            threading.Thread(target=self._pump, args=(client, server, True, done), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False, done), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool, done: threading.Semaphore) -> None:
         tail = b""
         while True:
             try:
@@ -169,17 +170,26 @@ class OutageGate:
             except OSError:
                 data = b""
             if from_client and data and self.tripped_at is None and self.trip_on in tail + data:
-                self._trip()
+                self._trip()  # resets this connection too: the tripping request never reaches the server
                 return
             if not data:
-                _reset(dst)
-                return
+                break
             tail = data[-len(self.trip_on):]
             try:
                 dst.sendall(data)
             except OSError:
-                _reset(src)
-                return
+                break
+        try:
+            dst.shutdown(socket.SHUT_WR)  # pass the end on gracefully: what was sent still arrives
+        except OSError:
+            pass
+        if done.acquire(blocking=False):  # the other direction ended first
+            with self._lock:
+                self._conns = [c for c in self._conns if c not in (src, dst)]
+            src.close()
+            dst.close()
+        else:
+            done.release()
 
     # ------------------------------------------------------------------ the outage
     def _trip(self) -> None:
