@@ -270,9 +270,11 @@ def upload_checkpoint(local_dir: str | Path, fs: pyarrow.fs.FileSystem, dest: st
     files in parallel, in no set order.)"""
     local, root = pyarrow.fs.LocalFileSystem(), Path(local_dir)
     files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: (p.name == META, str(p)))
-    fs.create_dir(dest, recursive=True)
+    dest = dest.rstrip("/")
+    for folder in sorted({f.parent.relative_to(root).as_posix() for f in files} | {"."}):
+        fs.create_dir(dest if folder == "." else f"{dest}/{folder}", recursive=True)  # a local store needs them
     for f in files:
-        pyarrow.fs.copy_files(str(f), f"{dest.rstrip('/')}/{f.relative_to(root).as_posix()}",
+        pyarrow.fs.copy_files(str(f), f"{dest}/{f.relative_to(root).as_posix()}",
                               source_filesystem=local, destination_filesystem=fs)
 
 

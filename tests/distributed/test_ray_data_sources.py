@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import tiny
 from tests.distributed.conftest import run_job
 from tests.helpers.ray_data import write_digits_jsonl
 
@@ -31,7 +32,11 @@ def test_json_lines_files_train(ray_session, home, tmp_path, capsys):
 
 
 def test_a_function_that_returns_no_dataset_exits_2_naming_the_field(ray_session, home, capsys):
-    run_job(home, "ray-fn-bad", "data.name=ray", "data.dataset=tests.helpers.ray_data:not_a_dataset",
-            "data.features=[x]", expect=2)
+    from jobs import train
+
+    argv = ["--config", "configs/digits.yaml", *tiny("name=ray-fn-bad", f"checkpoint.storage_path={home}",
+                                                     "data.name=ray", "data.features=[x]",
+                                                     "data.dataset=tests.helpers.ray_data:not_a_dataset")]
+    assert train.main(argv) == 2
     err = capsys.readouterr().err
     assert "data.dataset" in err and "returned list, not a ray.data.Dataset" in err

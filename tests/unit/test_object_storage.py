@@ -123,3 +123,16 @@ def test_an_upload_cut_short_leaves_no_meta_json(s3_server, s3_bucket, tmp_path,
         gate.close()
     uploaded = _keys(s3_server, s3_bucket, "ckpt/")
     assert "train_state.pt" not in uploaded and "meta.json" not in uploaded
+
+
+def test_upload_checkpoint_to_a_local_store_makes_its_folders(tmp_path):
+    """The same upload into a local path (the default storage): nested folders (rng/) are created."""
+    import pyarrow.fs
+
+    from elastic_train.train.state import upload_checkpoint
+
+    local, files = _checkpoint_part(tmp_path)
+    upload_checkpoint(local, pyarrow.fs.LocalFileSystem(), str(tmp_path / "store" / "checkpoint_000000001"))
+    got = {p.relative_to(tmp_path / "store" / "checkpoint_000000001").as_posix(): p.read_bytes()
+           for p in (tmp_path / "store").rglob("*") if p.is_file()}
+    assert got == files
