@@ -25,7 +25,7 @@ def test_an_s3_outage_during_a_checkpoint_upload_is_ridden_out(ray_session, home
     monkeypatch.setenv("AWS_ENDPOINT_URL", gate.endpoint)  # the driver's environment: Ray gets its filesystem
     try:
         summary = run_job(home, "s3-outage", f"checkpoint.storage_path=s3://{s3_bucket}/runs",
-                          "checkpoint.every_steps=3", "train.epochs=1")
+                          "checkpoint.every_steps=3", "checkpoint.keep=10", "train.epochs=1")  # keep all
     finally:
         gate.close()
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)  # read the bucket past the gate
