@@ -14,6 +14,7 @@ the upload hand-off) divided by its checkpoints; sides alternate, repeated; medi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -27,22 +28,27 @@ sys.path.insert(0, str(ROOT))
 
 
 def run(home: Path, storage: str, args: argparse.Namespace) -> dict[str, float]:
-    from jobs import train
-
     name = f"stall-{uuid.uuid4().hex[:8]}"
     summary = home / f"{name}.json"
-    rc = train.main(["--config", str(ROOT / "configs/digits.yaml"), f"name={name}",
-                     f"checkpoint.storage_path={storage}", f"checkpoint.every_steps={args.every}",
-                     "checkpoint.every_seconds=null", f"train.epochs={args.epochs}", "tracking.enabled=false",
-                     f"model.hidden_sizes=[{args.hidden},{args.hidden}]", "scaling.num_workers=1",
-                     "--summary-json", str(summary)])
+    with contextlib.redirect_stdout(sys.stderr):  # the job's console: stdout is this benchmark's JSON
+        rc = _train(name, storage, summary, args)
     if rc != 0:
         raise SystemExit(f"run on {storage} failed with exit code {rc}")
     s = json.loads(summary.read_text())
     steps = int(s["steps"])
-    checkpoints = steps // args.every + args.epochs  # every N steps, plus each epoch's end (and the final)
+    checkpoints = steps // args.every + args.epochs  # every N steps, plus each epoch's end (the same both sides)
     return {"checkpoint_s": s["goodput"]["checkpoint_s"], "checkpoints": checkpoints,
             "stall_s": s["goodput"]["checkpoint_s"] / checkpoints, "wall_s": s["wall_s"]}
+
+
+def _train(name: str, storage: str, summary: Path, args: argparse.Namespace) -> int:
+    from jobs import train
+
+    return train.main(["--config", str(ROOT / "configs/digits.yaml"), f"name={name}",
+                       f"checkpoint.storage_path={storage}", f"checkpoint.every_steps={args.every}",
+                       "checkpoint.every_seconds=null", f"train.epochs={args.epochs}", "tracking.enabled=false",
+                       f"model.hidden_sizes=[{args.hidden},{args.hidden}]", "scaling.num_workers=1",
+                       "--summary-json", str(summary)])
 
 
 def main() -> None:
