@@ -73,6 +73,10 @@ class DataConfig(Section):
     format: Literal["parquet", "csv", "json", "images", "numpy"] = Field(
         "parquet", description="ray: file format under data.path (json = JSON lines)."
     )
+    dataset: str | None = Field(
+        None, description="ray: 'package.module:function' returning a ray.data.Dataset, read instead of data.path "
+        "(called with data.options as keyword arguments)."
+    )
     features: list[str] = Field([], description="ray: the feature column(s), stacked into one float32 input.")
     feature_shape: list[int] | None = Field(None, description="ray: reshape each sample's features, e.g. [1, 8, 8].")
     label: str = Field("label", description="ray: the integer class label column.")

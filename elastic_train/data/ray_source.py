@@ -7,6 +7,8 @@ pyproject.toml names this one exception). Two stages, both on the driver before 
 * :func:`validate` needs no Ray: the path lists files of ``data.format`` (through
   :mod:`~elastic_train.data.filesystems`, bounded), the preprocess function resolves, and for Parquet the
   feature, label and id columns exist in the file schema. Every mistake is a ConfigError naming the field.
+  Instead of files, ``data.dataset`` names a user's function that returns a ``ray.data.Dataset``: it must
+  resolve here, and return a Dataset when called (``data.dataset`` is named otherwise).
 * :func:`build_ray` reads with Ray Data (the file list sorted, ``preserve_order``), runs the preprocess as
   ``map_batches`` with ``data.preprocess_cpus`` per task, checks the columns again on the result, materialises
   the columns the model needs and sorts the rows by ``data.id_column`` (else by file and row order).
@@ -56,23 +58,34 @@ EXTENSIONS = {
 
 @dataclass(frozen=True)
 class RayFiles:
-    """What :func:`validate` found: the filesystem, the sorted files and their total size."""
+    """What :func:`validate` found: the filesystem, the sorted files and their total size; or, for
+    ``data.dataset``, the user's function (``function``, called with ``options``) and no files."""
 
-    fs: pyarrow.fs.FileSystem
+    fs: pyarrow.fs.FileSystem | None
     files: list[str]
     total_bytes: int
     listing_digest: str
+    function: str | None = None
+    options: dict[str, Any] | None = None
 
 
 def validate(job: JobConfig) -> RayFiles:
     """Check a ``data.name=ray`` config without Ray; ConfigError naming the field on any mistake."""
     cfg = job.data
-    if not cfg.path:
-        raise ConfigError("data.path", cfg.path, "data.name=ray needs a file or folder (local or s3://)")
+    if not cfg.path and not cfg.dataset:
+        raise ConfigError("data.path", cfg.path, "data.name=ray needs a file or folder (local or s3://), or "
+                          "data.dataset")
     if not cfg.features:
         raise ConfigError("data.features", cfg.features, "data.name=ray needs at least one feature column")
     if cfg.preprocess:
         resolve_import(cfg.preprocess, "data.preprocess")
+    if cfg.dataset:
+        if cfg.path:
+            raise ConfigError("data.dataset", cfg.dataset, f"give data.dataset or data.path ({cfg.path!r}), not both")
+        if not callable(resolve_import(cfg.dataset, "data.dataset")):
+            raise ConfigError("data.dataset", cfg.dataset, "not a function")
+        digest = hashlib.sha256(f"{cfg.dataset}\0{sorted(cfg.options.items())}".encode()).hexdigest()[:16]
+        return RayFiles(None, [], 0, digest, cfg.dataset, dict(cfg.options))
     found = list_files(cfg.path, cfg.format)
     if cfg.format == "parquet" and not cfg.preprocess:
         import pyarrow.parquet as pq
@@ -187,8 +200,10 @@ def build_ray(job: JobConfig) -> DataBundle:
     """``data.ray_mode``: materialise (below) or stream (:func:`build_stream`); auto picks by size."""
     cfg = job.data
     found = validate(job)
-    size = data_bytes(cfg.format, found)
+    size = data_bytes(cfg.format, found) if found.function is None else 0
     mode, why = choose_mode(cfg.ray_mode, cfg.id_column, size, object_store_bytes())
+    if found.function is not None and cfg.ray_mode == "auto":
+        mode, why = "materialize", "auto: a data.dataset's size is unknown; data.ray_mode=stream streams it"
     if mode == "stream":
         if job.scaling.strategy == "fsdp":
             raise ConfigError("data.ray_mode", cfg.ray_mode, "streaming is not supported with scaling.strategy=fsdp "
@@ -216,8 +231,7 @@ def build_materialized(job: JobConfig, found: RayFiles) -> DataBundle:
             ds = ds.materialize()  # read (and preprocess) once; the schema and the rows come from these blocks
         schema = ds.schema()
     except Exception as e:  # noqa: BLE001 - a preprocess that raises, or an unreadable file
-        field_name = "data.preprocess" if cfg.preprocess else "data.path"
-        raise ConfigError(field_name, cfg.preprocess or cfg.path, f"reading failed: {_first_line(e)}") from None
+        raise _reading_failed(cfg, e) from None
     check_columns(job, set(schema.names))
     with _quiet_ray_data():
         arrays = _collect(ds.select_columns(columns), columns)
@@ -229,12 +243,13 @@ def build_materialized(job: JobConfig, found: RayFiles) -> DataBundle:
     for a in (x.numpy(), y.numpy(), ids if ids.dtype != object else ids.astype(str)):
         digest.update(np.ascontiguousarray(a).tobytes())
     source = SourceInfo(
-        name=f"ray:{cfg.format}", uri=cfg.path or "", digest=digest.hexdigest()[:16],
+        name=_source_name(cfg), uri=cfg.path or cfg.dataset or "", digest=digest.hexdigest()[:16],
         schema={c: types.get(c, "?") for c in columns}, num_rows=len(x),
         profile={"files": len(found.files), "bytes": found.total_bytes, "listing_digest": found.listing_digest,
                  "preprocess": cfg.preprocess or ""},
     )
-    info = {"source": cfg.path, "format": cfg.format, "files": len(found.files), "bytes": found.total_bytes}
+    info = {"source": cfg.path or cfg.dataset, "format": _format(cfg), "files": len(found.files),
+            "bytes": found.total_bytes}
     return DataBundle(TensorSet(x[tr], y[tr]), TensorSet(x[va], y[va]), spec, info, source)
 
 
@@ -245,6 +260,8 @@ def _read(fmt: str, found: RayFiles, preserve_order: bool = True) -> Any:
     ctx.execution_options.preserve_order = preserve_order  # materialise: the same rows in the same order
     ctx.enable_progress_bars = False  # quiet when healthy (DESIGN invariant 10)
     ctx.print_on_execution_start = False
+    if found.function:
+        return _user_dataset(found.function, found.options or {})
     kwargs: dict[str, Any] = {"filesystem": found.fs}
     readers = {
         "parquet": ray.data.read_parquet, "csv": ray.data.read_csv, "json": ray.data.read_json,
@@ -253,6 +270,21 @@ def _read(fmt: str, found: RayFiles, preserve_order: bool = True) -> Any:
     if fmt == "images":
         kwargs["include_paths"] = True
     return readers[fmt](found.files, **kwargs)
+
+
+def _user_dataset(function: str, options: dict[str, Any]) -> Any:
+    """``data.dataset`` called; ConfigError naming it when it raises or returns something else."""
+    import ray.data
+
+    try:
+        ds = resolve_import(function, "data.dataset")(**options)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's code
+        raise ConfigError("data.dataset", function, f"raised {_first_line(e)}") from None
+    if not isinstance(ds, ray.data.Dataset):
+        raise ConfigError("data.dataset", function, f"returned {type(ds).__name__}, not a ray.data.Dataset")
+    return ds
 
 
 @contextmanager
@@ -295,6 +327,22 @@ def _order(job: JobConfig, arrays: dict[str, np.ndarray]) -> tuple[torch.Tensor,
         x = x.reshape(n, *cfg.feature_shape)
     y = torch.from_numpy(arrays[cfg.label][order].astype(np.int64))
     return x, y, ids
+
+
+def _source_name(cfg: Any) -> str:
+    return "ray:dataset" if cfg.dataset else f"ray:{cfg.format}"
+
+
+def _format(cfg: Any) -> str:
+    return "ray.data.Dataset" if cfg.dataset else cfg.format
+
+
+def _reading_failed(cfg: Any, e: BaseException) -> ConfigError:
+    if isinstance(e, ConfigError):
+        return e
+    field_name, value = ("data.preprocess", cfg.preprocess) if cfg.preprocess else \
+        ("data.dataset", cfg.dataset) if cfg.dataset else ("data.path", cfg.path)
+    return ConfigError(field_name, value, f"reading failed: {_first_line(e)}")
 
 
 def _first_line(e: BaseException) -> str:
@@ -418,8 +466,7 @@ def build_stream(job: JobConfig, found: RayFiles, why: str) -> DataBundle:
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - a preprocess that raises, or an unreadable file
-        field_name = "data.preprocess" if cfg.preprocess else "data.path"
-        raise ConfigError(field_name, cfg.preprocess or cfg.path, f"reading failed: {_first_line(e)}") from None
+        raise _reading_failed(cfg, e) from None
     try:
         x, _ = src.tensors(head)
     except ValueError as e:
@@ -427,12 +474,13 @@ def build_stream(job: JobConfig, found: RayFiles, why: str) -> DataBundle:
     spec = DataSpec("classification", tuple(x.shape[1:]), max(top + 1, 2))
     columns = src.columns
     source = SourceInfo(
-        name=f"ray:{cfg.format}", uri=cfg.path or "", digest=found.listing_digest,
+        name=_source_name(cfg), uri=cfg.path or cfg.dataset or "", digest=found.listing_digest,
         schema={c: str(np.asarray(head[c]).dtype) for c in columns}, num_rows=n_train + n_val,
         profile={"files": len(found.files), "bytes": found.total_bytes, "listing_digest": found.listing_digest,
                  "preprocess": cfg.preprocess or "", "mode": "stream"},
     )
-    info = {"source": cfg.path, "format": cfg.format, "files": len(found.files), "bytes": found.total_bytes,
+    info = {"source": cfg.path or cfg.dataset, "format": _format(cfg), "files": len(found.files),
+            "bytes": found.total_bytes,
             "mode": "stream", "mode_reason": why}
     example = x[:2].numpy()
     return DataBundle(StreamSplit(src, n_train, example, "train"), StreamSplit(src, n_val, example, "val"),

@@ -91,11 +91,14 @@ class PreflightReport:
         lines.append(f"  data: {self.data['train_samples']} train / {self.data['val_samples']} val samples; "
                      f"model: {self.model_parameters:,} parameters")
         if "files" in self.data:  # files read on the cluster (data.name=ray): where, and how big
-            lines.append(f"  data read from {self.data.get('source')}: {self.data['files']} {self.data.get('format')} "
-                         f"file(s), {self.data.get('bytes', 0) / 1e6:.1f} MB "
-                         f"({self.data.get('data_bytes', 0) / 1e6:.1f} MB in memory); "
-                         f"{'streamed' if self.data.get('mode') == 'stream' else 'materialised'} "
-                         f"({self.data.get('mode_reason', '')})")
+            mode = (f"{'streamed' if self.data.get('mode') == 'stream' else 'materialised'} "
+                    f"({self.data.get('mode_reason', '')})")
+            if self.data.get("format") == "ray.data.Dataset":  # data.dataset: a user's function, size unknown
+                lines.append(f"  data read from {self.data.get('source')} (a ray.data.Dataset); {mode}")
+            else:
+                lines.append(f"  data read from {self.data.get('source')}: {self.data['files']} "
+                             f"{self.data.get('format')} file(s), {self.data.get('bytes', 0) / 1e6:.1f} MB "
+                             f"({self.data.get('data_bytes', 0) / 1e6:.1f} MB in memory); {mode}")
         for p in self.plans:
             lines.append(f"  batch plan W={p.world_size}: {p}")
         lines += [f"  warning: {w}" for w in self.warnings]

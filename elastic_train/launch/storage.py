@@ -58,9 +58,10 @@ def default_run_name(config_path: str | None, now: float | None = None) -> str:
 
 def ray_storage(storage_path: str) -> tuple[str, pyarrow.fs.FileSystem | None]:
     """``(storage_path, storage_filesystem)`` for Ray Train's RunConfig: object stores get our bounded,
-    endpoint-aware filesystem (elastic_train.data.filesystems) and a path inside it."""
+    endpoint-aware filesystem (elastic_train.data.filesystems), whose requests ride out a short outage, and a
+    path inside it."""
     if storage_path.startswith("s3://"):
-        fs, path = filesystems.resolve(storage_path)
+        fs, path = filesystems.resolve(storage_path, durable=True)
         return path, fs
     return storage_path, None
 

@@ -11,7 +11,8 @@ A checkpoint is a directory with fixed file names::
 The strategy (strategy.py) writes and reads the first two; this module the rest, without asking which
 strategy it holds. Every file is written to a temporary name and renamed into place, and ``meta.json`` goes
 last: a directory without it is incomplete and is refused on load, so a crash during a save never yields a
-half checkpoint. No Ray and no MLflow here.
+half checkpoint. The upload to run storage (:func:`upload_checkpoint`) keeps that order on object stores, where
+there is no rename. No Ray and no MLflow here.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.fs
 import torch
 from torch import nn
 
@@ -259,6 +261,21 @@ class TrainState:
             set_rng_state(torch.load(rng_file, weights_only=False))
             return True
         return False
+
+
+def upload_checkpoint(local_dir: str | Path, fs: pyarrow.fs.FileSystem, dest: str) -> None:
+    """Copy one rank's checkpoint part from ``local_dir`` to ``dest`` on ``fs``, ``meta.json`` last: an upload
+    cut short (a store that stays away past its retries) leaves a directory that every reader refuses as
+    incomplete, never a meta.json beside missing weights. (pyarrow's ``copy_files`` of a directory writes its
+    files in parallel, in no set order.)"""
+    local, root = pyarrow.fs.LocalFileSystem(), Path(local_dir)
+    files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: (p.name == META, str(p)))
+    dest = dest.rstrip("/")
+    for folder in sorted({f.parent.relative_to(root).as_posix() for f in files} | {"."}):
+        fs.create_dir(dest if folder == "." else f"{dest}/{folder}", recursive=True)  # a local store needs them
+    for f in files:
+        pyarrow.fs.copy_files(str(f), f"{dest}/{f.relative_to(root).as_posix()}",
+                              source_filesystem=local, destination_filesystem=fs)
 
 
 def params_sha256(state_dict: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ from elastic_train.train.evaluator import evaluate_weights
 from elastic_train.train.faults import FAULT_ENV, FaultHook
 from elastic_train.train.goodput import GoodputReporter
 from elastic_train.train.session import Host, Session
-from elastic_train.train.state import RunRecord
+from elastic_train.train.state import RunRecord, upload_checkpoint
 from tracking import TrackingSpec, tracker_for
 
 __all__ = ["FAULT_ENV", "WorkerArgs", "evaluate_loop_per_worker", "train_loop_per_worker"]
@@ -208,7 +208,18 @@ def _report(metrics: dict[str, Any], directory: str, name: str) -> None:
         checkpoint=Checkpoint.from_directory(directory),
         checkpoint_dir_name=name,
         checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
+        checkpoint_upload_fn=_upload,
     )
+
+
+def _upload(checkpoint: Checkpoint, name: str) -> Checkpoint:
+    """Ray Train's upload into the run's folder, with ``meta.json`` last (state.upload_checkpoint). The storage
+    filesystem retries each request through a short outage (data/filesystems.py); past that the error fails
+    this attempt, which restarts from the last checkpoint Ray recorded (every rank's part uploaded)."""
+    storage = ray.train.get_context().get_storage()
+    dest = storage.build_checkpoint_path_from_name(name)
+    upload_checkpoint(checkpoint.path, storage.storage_filesystem, dest)
+    return Checkpoint(dest, filesystem=storage.storage_filesystem)
 
 
 class _RayLedger:

@@ -57,3 +57,34 @@ def write_wide_parquet(dest: str, rows: int, width: int, files: int) -> int:
             "label": pa.array(labels),
         }), f"{base}/part-{i:03d}.parquet", filesystem=fs, row_group_size=250)
     return rows * width * 4
+
+
+def write_digits_jsonl(dest: str, files: int = 2) -> int:
+    """The digits table as JSON lines (``id``, ``pixels`` a list of 64 numbers, ``label``) in ``files`` files."""
+    import json
+
+    fs, base = filesystems.resolve(dest)
+    fs.create_dir(base, recursive=True)
+    rows = digits_table().to_pylist()
+    for i in range(files):
+        part = rows[i * len(rows) // files:(i + 1) * len(rows) // files]
+        with fs.open_output_stream(f"{base}/part-{i:03d}.jsonl") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in part).encode())
+    return len(rows)
+
+
+def digits_dataset(scale: float = 1.0):  # noqa: ANN201 - a ray.data.Dataset
+    """A user's data.dataset function: the digits table as a ray.data.Dataset, pixels times ``scale``
+    (``data.options`` are its keyword arguments)."""
+    import ray.data
+
+    table = digits_table()
+    pixels = np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 64) * scale
+    ids, labels = table["id"].to_numpy(), table["label"].to_numpy()
+    return ray.data.from_items([{"id": int(i), "x": p.astype(np.float32), "label": int(y)}
+                                for i, p, y in zip(ids, pixels, labels, strict=True)])
+
+
+def not_a_dataset() -> list[int]:
+    """A data.dataset function that returns something else."""
+    return [1, 2, 3]

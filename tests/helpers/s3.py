@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -106,3 +108,134 @@ def start_s3_server(timeout_s: float = 30.0) -> S3Server:
         raise
     server.access_key, server.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
     return server
+
+
+class OutageGate:
+    """The S3 endpoint the run uses, in front of the session's server: it goes away for ``outage_s`` seconds
+    on the first request whose bytes hold ``trip_on`` (say, a checkpoint's folder), then comes back on the
+    same port.
+
+    Going away is what a stopped server does to its clients: the listening socket closes (new connections are
+    refused) and every open connection, the tripping request's included, is reset. The server process runs on
+    behind the gate because moto keeps its objects in memory: a real server's disk outlives its restart, and the
+    bucket (earlier checkpoints, Ray Train's snapshot) must too for the run to go on.
+    """
+
+    def __init__(self, upstream: str, trip_on: bytes, outage_s: float):
+        self.upstream_port = int(upstream.rsplit(":", 1)[1])
+        self.trip_on, self.outage_s = trip_on, outage_s
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.tripped_at: float | None = None
+        self.reopened_at: float | None = None
+        self.reset_connections = 0  # client connections the outage reset
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self._closed = False
+        self._open()
+
+    # ------------------------------------------------------------------ listening
+    def _open(self) -> None:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self.port))
+        s.listen(64)
+        self._listener = s
+        threading.Thread(target=self._accept, args=(s,), daemon=True, name="s3-gate-accept").start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # the listener closed: the outage, or the end
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._conns += [client, server]
+            done = threading.Semaphore(0)  # each direction releases it once; the second one closes both
+            threading.Thread(target=self._pump, args=(client, server, True, done), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False, done), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool, done: threading.Semaphore) -> None:
+        tail = b""
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if from_client and data and self.tripped_at is None and self.trip_on in tail + data:
+                self._trip()  # resets this connection too: the tripping request never reaches the server
+                return
+            if not data:
+                break
+            tail = data[-len(self.trip_on):]
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        try:
+            dst.shutdown(socket.SHUT_WR)  # pass the end on gracefully: what was sent still arrives
+        except OSError:
+            pass
+        if done.acquire(blocking=False):  # the other direction ended first
+            with self._lock:
+                self._conns = [c for c in self._conns if c not in (src, dst)]
+            src.close()
+            dst.close()
+        else:
+            done.release()
+
+    # ------------------------------------------------------------------ the outage
+    def _trip(self) -> None:
+        with self._lock:
+            if self.tripped_at is not None:
+                return
+            self.tripped_at = time.monotonic()
+            listener, conns, self._conns = self._listener, self._conns, []
+            self.reset_connections = len(conns) // 2
+        _close_listener(listener)
+        for c in conns:
+            _reset(c)
+        timer = threading.Timer(self.outage_s, self._reopen)  # the outage's length: the scenario, not a wait
+        timer.daemon = True
+        timer.start()
+
+    def _reopen(self) -> None:
+        if self._closed:
+            return
+        self._open()
+        self.reopened_at = time.monotonic()
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            conns, self._conns = self._conns, []
+        if self._listener is not None:
+            _close_listener(self._listener)
+        for c in conns:
+            _reset(c)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a TCP reset (SO_LINGER 0), as a dying server's kernel does; wake this socket's reader."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RD)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _close_listener(sock: socket.socket) -> None:
+    """Stop listening (new connections are refused); shutdown wakes the blocked accept, close alone does not."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()

@@ -68,3 +68,71 @@ def test_the_filesystem_follows_the_aws_environment(s3_server, s3_bucket):
 def test_local_paths_resolve_to_absolute_local_paths(path):
     fs, p = filesystems.resolve(path)
     assert type(fs).__name__ == "LocalFileSystem" and p.startswith("/")
+
+
+def _checkpoint_part(tmp_path) -> tuple[str, dict[str, bytes]]:
+    files = {"model.pt": b"w" * 200_000, "train_state.pt": b"s" * 1000, "rng/rank_0.pt": b"r", "meta.json": b"{}"}
+    for rel, body in files.items():
+        (tmp_path / "part" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "part" / rel).write_bytes(body)
+    return str(tmp_path / "part"), files
+
+
+def _keys(s3_server, bucket: str, prefix: str) -> dict[str, bytes]:
+    client = s3_server.client()
+    objects = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return {o["Key"][len(prefix):]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+            for o in objects if not o["Key"].endswith("/")}  # not the folder markers
+
+
+@pytest.mark.slow  # ~3 s: the outage
+def test_run_storage_rides_out_a_short_outage_even_after_pickling(s3_server, s3_bucket, tmp_path, monkeypatch):
+    """The server goes away for 2 s as a checkpoint uploads: Ray's copy of the storage filesystem (pickled, as
+    Ray ships it to its controller and workers) retries through it and the whole part arrives."""
+    import pickle
+
+    from elastic_train.train.state import upload_checkpoint
+    from tests.helpers.s3 import OutageGate
+
+    gate = OutageGate(s3_server.endpoint, trip_on=b"/ckpt/model.pt", outage_s=2.0)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", gate.endpoint)
+    try:
+        fs, _ = filesystems.resolve(f"s3://{s3_bucket}/ckpt", durable=True)
+        fs = pickle.loads(pickle.dumps(fs))
+        local, files = _checkpoint_part(tmp_path)
+        upload_checkpoint(local, fs, f"{s3_bucket}/ckpt")
+    finally:
+        gate.close()
+    assert gate.tripped_at is not None and gate.reopened_at is not None, "the outage never happened"
+    assert _keys(s3_server, s3_bucket, "ckpt/") == files
+
+
+def test_an_upload_cut_short_leaves_no_meta_json(s3_server, s3_bucket, tmp_path, monkeypatch):
+    """A store that stays away past the retries: the part is incomplete (no meta.json), never half a checkpoint
+    that says it is whole."""
+    from elastic_train.train.state import upload_checkpoint
+    from tests.helpers.s3 import OutageGate
+
+    gate = OutageGate(s3_server.endpoint, trip_on=b"/ckpt/train_state.pt", outage_s=3600)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", gate.endpoint)
+    try:
+        local, files = _checkpoint_part(tmp_path)
+        with pytest.raises(OSError, match="NETWORK_CONNECTION"):
+            upload_checkpoint(local, filesystems.storage_filesystem(max_attempts=1), f"{s3_bucket}/ckpt")
+    finally:
+        gate.close()
+    uploaded = _keys(s3_server, s3_bucket, "ckpt/")
+    assert "train_state.pt" not in uploaded and "meta.json" not in uploaded
+
+
+def test_upload_checkpoint_to_a_local_store_makes_its_folders(tmp_path):
+    """The same upload into a local path (the default storage): nested folders (rng/) are created."""
+    import pyarrow.fs
+
+    from elastic_train.train.state import upload_checkpoint
+
+    local, files = _checkpoint_part(tmp_path)
+    upload_checkpoint(local, pyarrow.fs.LocalFileSystem(), str(tmp_path / "store" / "checkpoint_000000001"))
+    got = {p.relative_to(tmp_path / "store" / "checkpoint_000000001").as_posix(): p.read_bytes()
+           for p in (tmp_path / "store").rglob("*") if p.is_file()}
+    assert got == files

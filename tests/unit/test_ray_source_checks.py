@@ -39,11 +39,22 @@ def test_a_good_config_lists_the_files_in_order(parquet_dir):
      "data.preprocess", "no callable 'nope'"),
     (["data.path={d}", "data.features=[pixels]", "data.preprocess=no_such_module:f"],
      "data.preprocess", "cannot import"),
+    (["data.dataset=tests.helpers.ray_data:nope", "data.features=[x]"], "data.dataset", "no callable 'nope'"),
+    (["data.dataset=no_such_module:f", "data.features=[x]"], "data.dataset", "cannot import"),
+    (["data.dataset=tests.helpers.ray_data:digits_dataset", "data.path={d}", "data.features=[x]"],
+     "data.dataset", "not both"),
 ])
 def test_bad_input_names_the_field(parquet_dir, overrides, field, words):
     with pytest.raises(ConfigError) as e:
         validate(job(*(o.format(d=parquet_dir) for o in overrides)))
     assert e.value.field == field and words in str(e.value)
+
+
+def test_a_dataset_function_needs_no_files():
+    found = validate(job("data.dataset=tests.helpers.ray_data:digits_dataset", "data.features=[x]",
+                         "data.options={scale: 0.5}"))
+    assert found.files == [] and found.function == "tests.helpers.ray_data:digits_dataset"
+    assert found.options == {"scale": 0.5}
 
 
 def test_missing_bucket_names_data_path(s3_bucket):
