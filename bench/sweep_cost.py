@@ -172,6 +172,21 @@ def run_anchor(home: Path, name: str, args: argparse.Namespace) -> dict:
     return {"wall_s": round(time.time() - started, 1), "trials": len(grid), "best_metric": best.metrics["val_loss"]}
 
 
+def trial_phases(folder: Path) -> dict:
+    """Where a jobs.sweep trial's driver spent its time (the median over the sweep's trials, seconds): from its
+    process start to ``run_trial`` (``process``), then each phase of ``run_trial`` (``fit`` is the Train run)."""
+    import statistics
+
+    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    per: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("process_start"):
+            per.setdefault("process", []).append(r["launched"] - r["process_start"])
+        for name, secs in r["phases"]:
+            per.setdefault(name, []).append(secs)
+    return {k: round(statistics.median(v), 2) for k, v in per.items()}
+
+
 def per_trial(home: Path, args: argparse.Namespace) -> dict:
     """jobs.sweep (every feature on) against the anchor over the same trials, alternated; medians and ratio."""
     import statistics
@@ -181,8 +196,14 @@ def per_trial(home: Path, args: argparse.Namespace) -> dict:
         sides = [("ours", ours), ("anchor", anchor)] if i % 2 == 0 else [("anchor", anchor), ("ours", ours)]
         for side, out in sides:
             if side == "ours":
-                out.append(run(home, f"ours-{i}", args, "sweep.scheduler=none", "sweep.max_concurrent_trials=1",
-                               f"scaling.num_workers={args.workers}", "tracking.register_model=bench-sweep-cost"))
+                os.environ["ELASTIC_TRAIN_TRIAL_TIMELINE"] = str(home / f"timelines-{i}")
+                try:
+                    out.append(run(home, f"ours-{i}", args, "sweep.scheduler=none", "sweep.max_concurrent_trials=1",
+                                   f"scaling.num_workers={args.workers}",
+                                   "tracking.register_model=bench-sweep-cost"))
+                finally:
+                    del os.environ["ELASTIC_TRAIN_TRIAL_TIMELINE"]
+                out[-1]["trial_phases_s"] = trial_phases(home / f"timelines-{i}")
             else:
                 out.append(run_anchor(home, f"anchor-{i}", args))
     o, a = statistics.median(r["wall_s"] for r in ours), statistics.median(r["wall_s"] for r in anchor)

@@ -26,7 +26,7 @@ from typing import Any
 
 from elastic_train import config as config_mod
 from elastic_train.config import JobConfig
-from elastic_train.launch import context
+from elastic_train.launch import context, timeline
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.fit import fit, share_data
 from elastic_train.launch.storage import RunStorage
@@ -204,7 +204,9 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     donor = donor_checkpoint(tune.get_checkpoint(), trial_run_name(trial_id))
     if donor is not None:  # PBT cloned a stronger trial into this one: its own past is replaced
         RunStorage(trial.sweep_dir, trial_run_name(trial_id)).clear()
+    phases = _trial_timeline()
     ctx = trial_context(trial.sweep, trial.sweep_dir, overrides, trial_run_name(trial_id))
+    timeline.mark("trial context")
     ctx = context.track(ctx, kind="trial", parent_run_id=parent.run_id if parent else None)
     data_ref = trial.data_ref if ctx.bundle is None else None  # None: the trial built its own data
     if ctx.tracking is not None:
@@ -215,6 +217,7 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
         writer.log_metrics({f"hp.{k}": float(v) for k, v in overrides.items() if isinstance(v, int | float)},
                            step=donor[1]["progress"]["global_step"] if donor else 0)
         writer.close(timeout_s=30)
+        timeline.mark("trial tags")
     start_from = donor[0] if donor else None
     policy = None
     if ctx.cfg.scaling.elastic:  # starts at its floor, grows into what stopped trials free (elastic.py)
@@ -235,8 +238,33 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})
     summary = summarize(ctx, outcome)
     finish(ctx, outcome, summary, log_model=False)  # the parent holds the sweep's model
+    if phases is not None:
+        _save_trial_timeline(phases, trial_id)
     if outcome.status != "FINISHED":
         raise TrialFailed(f"{ctx.run_name} {outcome.status}: {summary.get('error', '')}")
+
+
+TRIAL_TIMELINE_ENV = "ELASTIC_TRAIN_TRIAL_TIMELINE"  # a folder: each trial writes where its driver's time went
+
+
+def _trial_timeline() -> Any | None:
+    """With ``$ELASTIC_TRAIN_TRIAL_TIMELINE`` (bench/sweep_cost.py): a timeline of this trial's driver phases."""
+    import os
+
+    if not os.environ.get(TRIAL_TIMELINE_ENV):
+        return None
+    tl = timeline.begin(from_process_start=False)
+    tl.process_start = timeline.process_start_unix()
+    return tl
+
+
+def _save_trial_timeline(tl: Any, trial_id: str) -> None:
+    import os
+
+    out = Path(os.environ[TRIAL_TIMELINE_ENV]) / f"{trial_id}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"process_start": tl.process_start, "launched": tl.launched,
+                               "phases": tl.phases(), "ended": time.time()}))
 
 
 def donor_checkpoint(checkpoint: Any | None, run_name: str) -> tuple[str, dict[str, Any]] | None:

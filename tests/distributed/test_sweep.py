@@ -421,3 +421,46 @@ def test_an_elastic_trial_grows_into_the_workers_of_a_stopped_trial(ray_session,
     alone = json.loads(alone_json.read_text())
     assert alone["world_sizes"] == [2]
     assert grown["train_loss"] == pytest.approx(alone["final_metrics"]["train_loss"], rel=1e-4)
+
+
+@pytest.mark.long  # two PBT sweeps' worth of Train runs (every PBT restart is a new one): minutes on a loaded box
+def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):
+    """SIGKILL a PBT sweep's driver once both trials have checkpointed an epoch, then ``--resume NAME``: Tune's
+    PBT state and every trial come back; each trial ends at the budget, in its one MLflow child run."""
+    from elastic_train.launch.storage import RunStorage
+
+    name = "pbt-resumed"
+    env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address,
+               ELASTIC_TRAIN_FAULT="delay=0.3", TUNE_GLOBAL_CHECKPOINT_S="1")
+    overrides = ["sweep.search=grid", "sweep.scheduler=pbt", "sweep.perturbation_interval=1", "sweep.synch=true",
+                 "sweep.quantile_fraction=0.5", "sweep.resample_probability=0", "train.epochs=3",
+                 "scaling.num_workers=2", "scaling.resources_per_worker={CPU: 0.5}",
+                 "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}"]
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *sweep_args(home, name, *overrides)], cwd=ROOT,
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep_dir = home / name
+
+    def both_checkpointed_none_done():
+        states = trial_states(sweep_dir)
+        if len(states) != 2 or "TERMINATED" in states.values():
+            return None
+        runs = [RunStorage(str(sweep_dir), f"trial-{t}") for t in states]
+        return states if all(r.checkpoints() for r in runs) else None
+
+    try:
+        wait_for(both_checkpointed_none_done, 300, "both PBT trials checkpointed, none finished")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert sweep_job.main(["--resume", name, f"checkpoint.storage_path={home}", "--summary-json",
+                           str(home / f"{name}.json")]) == 0
+    summary = json.loads((home / f"{name}.json").read_text())
+    assert summary["scheduler"] == "pbt" and len(summary["trials"]) == 2
+    assert {t["status"] for t in summary["trials"]} == {"FINISHED"} and {t["epochs"] for t in summary["trials"]} == {3}
+    for t in summary["trials"]:
+        run = RunStorage(summary["storage_path"], t["run_name"])
+        meta = json.loads(run.read_text(f"{run.checkpoints()[-1]}/meta.json"))
+        assert meta["run_name"] == t["run_name"] and meta["progress"]["epoch"] == 3
+    kids = children(summary)
+    assert len(kids) == 2 and len(runs_named(summary, name)) == 1  # found again, not duplicated
+    assert {k.info.status for k in kids} == {"FINISHED"}
