@@ -172,12 +172,12 @@ def run_anchor(home: Path, name: str, args: argparse.Namespace) -> dict:
     return {"wall_s": round(time.time() - started, 1), "trials": len(grid), "best_metric": best.metrics["val_loss"]}
 
 
-def trial_phases(folder: Path) -> dict:
+def trial_phases(folder: Path, trial_ids: list[str]) -> dict:
     """Where a jobs.sweep trial's driver spent its time (the median over the sweep's trials, seconds): from its
     process start to ``run_trial`` (``process``), then each phase of ``run_trial`` (``fit`` is the Train run)."""
     import statistics
 
-    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    rows = [json.loads((folder / f"{t}.json").read_text()) for t in trial_ids if (folder / f"{t}.json").exists()]
     per: dict[str, list[float]] = {}
     for r in rows:
         if r.get("process_start"):
@@ -196,14 +196,9 @@ def per_trial(home: Path, args: argparse.Namespace) -> dict:
         sides = [("ours", ours), ("anchor", anchor)] if i % 2 == 0 else [("anchor", anchor), ("ours", ours)]
         for side, out in sides:
             if side == "ours":
-                os.environ["ELASTIC_TRAIN_TRIAL_TIMELINE"] = str(home / f"timelines-{i}")
-                try:
-                    out.append(run(home, f"ours-{i}", args, "sweep.scheduler=none", "sweep.max_concurrent_trials=1",
-                                   f"scaling.num_workers={args.workers}",
-                                   "tracking.register_model=bench-sweep-cost"))
-                finally:
-                    del os.environ["ELASTIC_TRAIN_TRIAL_TIMELINE"]
-                out[-1]["trial_phases_s"] = trial_phases(home / f"timelines-{i}")
+                out.append(run(home, f"ours-{i}", args, "sweep.scheduler=none", "sweep.max_concurrent_trials=1",
+                               f"scaling.num_workers={args.workers}", "tracking.register_model=bench-sweep-cost"))
+                out[-1]["trial_phases_s"] = trial_phases(home / "timelines", list(out[-1]["world_sizes"]))
             else:
                 out.append(run_anchor(home, f"anchor-{i}", args))
     o, a = statistics.median(r["wall_s"] for r in ours), statistics.median(r["wall_s"] for r in anchor)
@@ -239,6 +234,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         home = Path(tmp)
         os.environ["ELASTIC_TRAIN_HOME"] = str(home)
+        # Each jobs.sweep trial writes where its driver's time went (set before Ray starts: trials inherit it)
+        os.environ["ELASTIC_TRAIN_TRIAL_TIMELINE"] = str(home / "timelines")
         os.environ.pop("MLFLOW_TRACKING_URI", None)
         if args.address:
             ray.init(address=args.address, logging_level="ERROR")
