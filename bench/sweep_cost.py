@@ -172,6 +172,21 @@ def run_anchor(home: Path, name: str, args: argparse.Namespace) -> dict:
     return {"wall_s": round(time.time() - started, 1), "trials": len(grid), "best_metric": best.metrics["val_loss"]}
 
 
+def trial_phases(folder: Path, trial_ids: list[str]) -> dict:
+    """Where a jobs.sweep trial's driver spent its time (the median over the sweep's trials, seconds): from its
+    process start to ``run_trial`` (``process``), then each phase of ``run_trial`` (``fit`` is the Train run)."""
+    import statistics
+
+    rows = [json.loads((folder / f"{t}.json").read_text()) for t in trial_ids if (folder / f"{t}.json").exists()]
+    per: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("process_start"):
+            per.setdefault("process", []).append(r["launched"] - r["process_start"])
+        for name, secs in r["phases"]:
+            per.setdefault(name, []).append(secs)
+    return {k: round(statistics.median(v), 2) for k, v in per.items()}
+
+
 def per_trial(home: Path, args: argparse.Namespace) -> dict:
     """jobs.sweep (every feature on) against the anchor over the same trials, alternated; medians and ratio."""
     import statistics
@@ -183,6 +198,7 @@ def per_trial(home: Path, args: argparse.Namespace) -> dict:
             if side == "ours":
                 out.append(run(home, f"ours-{i}", args, "sweep.scheduler=none", "sweep.max_concurrent_trials=1",
                                f"scaling.num_workers={args.workers}", "tracking.register_model=bench-sweep-cost"))
+                out[-1]["trial_phases_s"] = trial_phases(home / "timelines", list(out[-1]["world_sizes"]))
             else:
                 out.append(run_anchor(home, f"anchor-{i}", args))
     o, a = statistics.median(r["wall_s"] for r in ours), statistics.median(r["wall_s"] for r in anchor)
@@ -218,6 +234,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         home = Path(tmp)
         os.environ["ELASTIC_TRAIN_HOME"] = str(home)
+        # Each jobs.sweep trial writes where its driver's time went (set before Ray starts: trials inherit it)
+        os.environ["ELASTIC_TRAIN_TRIAL_TIMELINE"] = str(home / "timelines")
         os.environ.pop("MLFLOW_TRACKING_URI", None)
         if args.address:
             ray.init(address=args.address, logging_level="ERROR")

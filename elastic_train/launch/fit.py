@@ -28,10 +28,11 @@ class Outcome:
 
 
 def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None,
-        start_from: str | None = None) -> Outcome:
+        start_from: str | None = None, scaling_policy: Any | None = None) -> Outcome:
     """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``data_ref``: the
     dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put.
-    ``start_from``: another run's checkpoint the workers continue while this run has none of its own (PBT)."""
+    ``start_from``: another run's checkpoint the workers continue while this run has none of its own (PBT).
+    ``scaling_policy``: ScalingConfig -> Ray Train scaling policy, instead of Ray's own (an elastic sweep trial)."""
     import ray
 
     from elastic_train.launch.ledger import create_ledger
@@ -53,7 +54,7 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     ledger = create_ledger()
     trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs,
                             data_ref=data_ref if data_ref is not None else share_data(ctx.bundle),
-                            start_from=start_from)
+                            start_from=start_from, scaling_policy=scaling_policy)
     timeline.mark("trainer start")
     result, error, status = _run(trainer)
     ended = time.time()

@@ -32,6 +32,7 @@ def build_trainer(
     callbacks: list[Any] | None = None,
     data_ref: Any | None = None,
     start_from: str | None = None,
+    scaling_policy: Any | None = None,
 ) -> TorchTrainer:
     """The TorchTrainer for ``ctx``: elastic scaling, failure budget, checkpoint retention, async upload."""
     cfg, run_name, storage_path, use_gpu, tracking = ctx.cfg, ctx.run_name, ctx.storage_path, ctx.use_gpu, ctx.tracking
@@ -54,7 +55,7 @@ def build_trainer(
         start_from=start_from,
     )
     env_vars = dict(tracking.env) if tracking else {}
-    return TorchTrainer(
+    trainer = _Trainer(
         train_loop_per_worker,
         train_loop_config=dict(vars(args)),  # shallow: the ledger is an actor handle
         scaling_config=ScalingConfig(
@@ -80,6 +81,21 @@ def build_trainer(
             logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
         ),
     )
+    trainer.scaling_policy = scaling_policy
+    return trainer
+
+
+class _Trainer(TorchTrainer):
+    """TorchTrainer whose Train controller can get another scaling policy than Ray's default for its config
+    (``scaling_policy``: ScalingConfig -> policy; Ray's own when None). Ray builds the policy here, in the driver,
+    and hands it to the controller actor."""
+
+    scaling_policy: Any | None = None
+
+    def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
+        if self.scaling_policy is not None:
+            controller_init_kwargs["scaling_policy"] = self.scaling_policy(self.scaling_config)
+        return super()._initialize_and_run_controller(**controller_init_kwargs)
 
 
 def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger: Any) -> TorchTrainer:

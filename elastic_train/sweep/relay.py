@@ -94,3 +94,25 @@ class LastReportKeepsPBT(PopulationBasedTraining):
             # pausing would only restart it from its own checkpoint, a new Ray Train run. It goes on instead.
             return TrialScheduler.CONTINUE
         return decision
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        super().on_trial_complete(tune_controller, trial, result)
+        self.release_waiters(tune_controller, ended=trial)
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        super().on_trial_error(tune_controller, trial)
+        self.release_waiters(tune_controller, ended=trial)
+
+    def release_waiters(self, tune_controller: Any, ended: Any) -> None:
+        """Under ``synch`` a trial paused at the sync point waits until every live trial reached it. A trial that
+        ended first (its last report takes no decision, above) never will: seen after a resumed sweep, where the
+        scheduler starts afresh and the weak trial finished while the strong one waited, PAUSED, for ever. Once
+        no other live trial is still on its way to the sync point, the waiting trials go on (no decision there)."""
+        if not self._synch:
+            return
+        live = [t for t in tune_controller.get_live_trials() if t is not ended and t in self._trial_state]
+        if not live or any(t.status != "PAUSED" and self._trial_state[t].last_train_time
+                           < self._next_perturbation_sync for t in live):
+            return
+        self._next_perturbation_sync = max(self._trial_state[t].last_train_time for t in live) + \
+            self._perturbation_interval

@@ -20,12 +20,13 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from elastic_train import config as config_mod
 from elastic_train.config import JobConfig
-from elastic_train.launch import context
+from elastic_train.launch import context, timeline
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.fit import fit, share_data
 from elastic_train.launch.storage import RunStorage
@@ -112,6 +113,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     """Build (or restore) the Tuner and run it. Returns the ResultGrid and the orphaned placement groups removed."""
     from ray import tune
 
+    from elastic_train.sweep.elastic import TrialFloors
     from elastic_train.sweep.placement_groups import OrphanedPlacementGroupReaper, settle
     from elastic_train.sweep.progress import TrialProgress
 
@@ -120,6 +122,10 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     data_ref = share_data(plan.ctx.bundle)
     base = replace(plan.ctx, cfg=resolved_base(plan), bundle=None if data_ref is not None else plan.ctx.bundle)
     trial = TrialContext(base, plan.sweep_dir, data_ref)
+    callbacks = [OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt"),
+                 TrialProgress(plan.sweep_dir, plan.cfg)]
+    if plan.cfg.scaling.elastic:  # each live trial's floor; a trial that ends frees its workers at once
+        callbacks.append(TrialFloors(partial(trial_floor, plan.cfg, plan.ctx.use_gpu)))
     trainable = tune.with_resources(tune.with_parameters(run_trial, trial=trial), {"CPU": plan.cfg.sweep.trial_cpus})
     RunStorage(plan.ctx.storage_path, plan.name).save_config(plan.cfg.model_dump(mode="json"))
     if plan.restoring:  # the restored Tuner brings back its own config, scheduler state and callbacks
@@ -142,8 +148,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
                 # that still fails is reported (and retried by --resume), not retried again here.
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
                 # Tune's table shows each trial's last report; ours ranks by its best checkpoint (results.py).
-                callbacks=[OrphanedPlacementGroupReaper(expected=s.scheduler == "pbt"),
-                           TrialProgress(plan.sweep_dir, plan.cfg)], verbose=0,
+                callbacks=callbacks, verbose=0,
             ),
         )
     before = len(OrphanedPlacementGroupReaper.removed)
@@ -154,6 +159,15 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     finally:
         settle()
     return grid, OrphanedPlacementGroupReaper.removed[before:]
+
+
+def trial_floor(cfg: JobConfig, use_gpu: bool, overrides: dict[str, Any]) -> list[dict[str, float]]:
+    """What a trial holds at its minimum: its driver's CPUs and ``min_workers`` workers (elastic.TrialFloors)."""
+    from elastic_train.launch.preflight import worker_resources
+    from elastic_train.sweep.elastic import floor_bundles
+
+    c = config_mod.with_overrides(cfg, {k: v for k, v in overrides.items() if k in cfg.sweep.space})
+    return floor_bundles(c.sweep.trial_cpus, worker_resources(c, use_gpu), c.scaling.min_workers)
 
 
 def _trial_name(trial: Any) -> str:
@@ -190,7 +204,9 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     donor = donor_checkpoint(tune.get_checkpoint(), trial_run_name(trial_id))
     if donor is not None:  # PBT cloned a stronger trial into this one: its own past is replaced
         RunStorage(trial.sweep_dir, trial_run_name(trial_id)).clear()
+    phases = _trial_timeline()
     ctx = trial_context(trial.sweep, trial.sweep_dir, overrides, trial_run_name(trial_id))
+    timeline.mark("trial context")
     ctx = context.track(ctx, kind="trial", parent_run_id=parent.run_id if parent else None)
     data_ref = trial.data_ref if ctx.bundle is None else None  # None: the trial built its own data
     if ctx.tracking is not None:
@@ -201,21 +217,54 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
         writer.log_metrics({f"hp.{k}": float(v) for k, v in overrides.items() if isinstance(v, int | float)},
                            step=donor[1]["progress"]["global_step"] if donor else 0)
         writer.close(timeout_s=30)
+        timeline.mark("trial tags")
     start_from = donor[0] if donor else None
+    policy = None
+    if ctx.cfg.scaling.elastic:  # starts at its floor, grows into what stopped trials free (elastic.py)
+        from elastic_train.sweep.elastic import TrialScalingPolicy
+
+        policy = partial(TrialScalingPolicy, trial_id=trial_id)
     if ctx.cfg.sweep.scheduler == "pbt":  # Tune must hold the trial's checkpoints to clone it (relay.py)
         from elastic_train.sweep.relay import fit_reporting_checkpoints
 
         outcome = fit_reporting_checkpoints(
-            lambda callbacks: fit(ctx, callbacks=callbacks, data_ref=data_ref, start_from=start_from))
+            lambda callbacks: fit(ctx, callbacks=callbacks, data_ref=data_ref, start_from=start_from,
+                                  scaling_policy=policy))
     else:
-        outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref, start_from=start_from)
+        outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref, start_from=start_from,
+                      scaling_policy=policy)
     if outcome.already_complete:  # a restored sweep re-ran a trial whose training had already ended
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})
     summary = summarize(ctx, outcome)
     finish(ctx, outcome, summary, log_model=False)  # the parent holds the sweep's model
+    if phases is not None:
+        _save_trial_timeline(phases, trial_id)
     if outcome.status != "FINISHED":
         raise TrialFailed(f"{ctx.run_name} {outcome.status}: {summary.get('error', '')}")
+
+
+TRIAL_TIMELINE_ENV = "ELASTIC_TRAIN_TRIAL_TIMELINE"  # a folder: each trial writes where its driver's time went
+
+
+def _trial_timeline() -> Any | None:
+    """With ``$ELASTIC_TRAIN_TRIAL_TIMELINE`` (bench/sweep_cost.py): a timeline of this trial's driver phases."""
+    import os
+
+    if not os.environ.get(TRIAL_TIMELINE_ENV):
+        return None
+    tl = timeline.begin(from_process_start=False)
+    tl.process_start = timeline.process_start_unix()
+    return tl
+
+
+def _save_trial_timeline(tl: Any, trial_id: str) -> None:
+    import os
+
+    out = Path(os.environ[TRIAL_TIMELINE_ENV]) / f"{trial_id}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"process_start": tl.process_start, "launched": tl.launched,
+                               "phases": tl.phases(), "ended": time.time()}))
 
 
 def donor_checkpoint(checkpoint: Any | None, run_name: str) -> tuple[str, dict[str, Any]] | None:

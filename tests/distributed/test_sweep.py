@@ -384,3 +384,85 @@ def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_
     row = next(r for r in csv.DictReader(Path(local).open()) if f"trial-{r['trial_id']}" == clone)
     expected = f"0:0.01 {at_step}:{lr:.4g}" if lr != 0.01 else "0:0.01"
     assert (row["lr_schedule"], row["cloned_from"]) == (expected, f"{donor}@{at_step}")
+
+
+@pytest.mark.long  # ~7 min at load 30 on 2 cores; the strong trial must outlive the weak one's start and stop
+@pytest.mark.timeout(1500)
+def test_an_elastic_trial_grows_into_the_workers_of_a_stopped_trial(ray_session, home, monkeypatch):
+    """Elastic trials ``[1, 2]`` on the session's 4 CPUs: two trials at once, each at its floor (1 driver CPU + 1
+    worker); no room for a second worker while both live. The weak trial (shuffled labels) is held back until the
+    strong one has checkpointed its first epoch, so it reaches ASHA's first rung second and is stopped there;
+    the strong one then grows to 2 workers and ends with the train loss of the same trial run alone on 2 workers
+    (the global batch is kept: its result does not depend on when it grew)."""
+    from jobs import train
+
+    name = "elastic"
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "delay=0.25")  # stretch the strong trial: it outlives the weak one
+    gate = str(home / name / "trial-*" / "checkpoint_*" / "meta.json")
+    common = ["data.name=tests.helpers.user_code:gated_digits", "train.epochs=12", "scaling.resize_check_interval_s=1"]
+    summary = run_sweep(home, name, *common, "sweep.search=grid", "sweep.scheduler=asha", "sweep.grace_period=1",
+                        "sweep.reduction_factor=2", "scaling.num_workers=[1, 2]",
+                        f"sweep.space={{data.options: {{type: grid, values: [{{}}, {{after: '{gate}', "
+                        "shuffle_labels: true}]}}")
+    assert summary["max_concurrent_trials"] == 2
+    by_kind = {bool(t["config"]["data.options"]): t for t in summary["trials"]}
+    strong, weak = by_kind[False], by_kind[True]
+    assert (weak["status"], weak["epochs"], weak["world_sizes"]) == ("STOPPED", 1, [1])
+    assert strong["status"] == "FINISHED" and strong["epochs"] == 12
+    assert strong["world_sizes"] == [1, 2] and strong["restarts"] >= 1, strong  # started at its floor, grew
+    from elastic_train.launch.storage import RunStorage
+
+    run = RunStorage(summary["storage_path"], strong["run_name"])
+    grown = json.loads(run.read_text(f"{run.checkpoints()[-1]}/meta.json"))["metrics"]
+
+    monkeypatch.delenv("ELASTIC_TRAIN_FAULT")
+    alone_json = home / "alone.json"
+    assert train.main([*sweep_args(home, "alone", *common, "scaling.num_workers=2"),
+                       "--summary-json", str(alone_json)]) == 0
+    alone = json.loads(alone_json.read_text())
+    assert alone["world_sizes"] == [2]
+    assert grown["train_loss"] == pytest.approx(alone["final_metrics"]["train_loss"], rel=1e-4)
+
+
+@pytest.mark.long  # every PBT restart is a new Train run: 10 min at load 30-40 on 2 cores
+@pytest.mark.timeout(1500)
+def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):
+    """SIGKILL a PBT sweep's driver once both trials have checkpointed an epoch, then ``--resume NAME``: Tune's
+    PBT state and every trial come back; each trial ends at the budget, in its one MLflow child run."""
+    from elastic_train.launch.storage import RunStorage
+
+    name = "pbt-resumed"
+    env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address,
+               ELASTIC_TRAIN_FAULT="delay=0.3", TUNE_GLOBAL_CHECKPOINT_S="1")
+    overrides = ["sweep.search=grid", "sweep.scheduler=pbt", "sweep.perturbation_interval=1", "sweep.synch=true",
+                 "sweep.quantile_fraction=0.5", "sweep.resample_probability=0",
+                 "scaling.num_workers=2", "scaling.resources_per_worker={CPU: 0.5}",
+                 "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}"]
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *sweep_args(home, name, *overrides)], cwd=ROOT,
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep_dir = home / name
+
+    def both_checkpointed_none_done():
+        states = trial_states(sweep_dir)
+        if len(states) != 2 or "TERMINATED" in states.values():
+            return None
+        runs = [RunStorage(str(sweep_dir), f"trial-{t}") for t in states]
+        return states if all(r.checkpoints() for r in runs) else None
+
+    try:
+        wait_for(both_checkpointed_none_done, 300, "both PBT trials checkpointed, none finished")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert sweep_job.main(["--resume", name, f"checkpoint.storage_path={home}", "--summary-json",
+                           str(home / f"{name}.json")]) == 0
+    summary = json.loads((home / f"{name}.json").read_text())
+    assert summary["scheduler"] == "pbt" and len(summary["trials"]) == 2
+    assert {t["status"] for t in summary["trials"]} == {"FINISHED"} and {t["epochs"] for t in summary["trials"]} == {2}
+    for t in summary["trials"]:
+        run = RunStorage(summary["storage_path"], t["run_name"])
+        meta = json.loads(run.read_text(f"{run.checkpoints()[-1]}/meta.json"))
+        assert meta["run_name"] == t["run_name"] and meta["progress"]["epoch"] == 2
+    kids = children(summary)
+    assert len(kids) == 2 and len(runs_named(summary, name)) == 1  # found again, not duplicated
+    assert {k.info.status for k in kids} == {"FINISHED"}

@@ -31,6 +31,28 @@ def counted_digits(count_path: str):
     return (x[:cut], y[:cut]), (x[cut:], y[cut:])
 
 
+def gated_digits(after: str | None = None, shuffle_labels: bool = False, timeout_s: float = 300.0):
+    """scikit-learn's digits as ((x, y), (x, y)) tensors. ``after``: a glob; the data is built only once a path
+    matches it (a sweep test holds one trial back until another one checkpointed: a fixed order, not a race).
+    ``shuffle_labels``: the training labels permuted, so the trial cannot learn (ASHA stops it)."""
+    import glob
+    import time
+
+    from sklearn.datasets import load_digits
+
+    deadline = time.monotonic() + timeout_s
+    while after and not glob.glob(after):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing matched {after} in {timeout_s} s")
+        time.sleep(0.2)
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(d.target, dtype=torch.long)
+    cut = int(len(x) * 0.8)
+    train_y = y[:cut][torch.randperm(cut, generator=torch.Generator().manual_seed(1))] if shuffle_labels else y[:cut]
+    return (x[:cut], train_y), (x[cut:], y[cut:])
+
+
 def not_a_dataset():
     return 42
 
