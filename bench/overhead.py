@@ -181,7 +181,8 @@ def main() -> None:
         # Both sides run with the same Ray processes alive in the background (the plain loop does not use
         # them), interleaved: a shared 2-core machine drifts by 10-20 % over a few minutes, so each variant
         # is run more than once and its median run is compared.
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        # "local": a fresh Ray of our own, never a `ray start` head that happens to run on this machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
         plain_runs, fused_runs, off_runs, on_runs = [plain_loop(args.epochs, args.samples, args.case)], [], [], []
         for _ in range(args.repeats):
             off_runs.append(engine(args.epochs, args.samples, False, home, args.case))
