@@ -9,8 +9,13 @@ per-step MLflow logging, checkpoints at the default cadence plus every epoch. Fi
 samples/s: the median over per-step rates (the engine logs every step here), the first steps left out on both
 sides. A median, because this machine is shared: a neighbour's burst moves a 6-second mean by 10-20 %.
 
-    ratio           engine / plain                 goal >= 0.97, aim > 1.0
-    tracking_ratio  engine with / without MLflow   goal >= 0.97
+    ratio                 engine / plain                         goal >= 0.97, aim > 1.0
+    tracking_ratio        engine with / without MLflow           goal >= 0.97
+    ratio_vs_plain_fused  engine / plain with the fused optimizer  (the engine's own overhead, no goal)
+
+The engine steps its optimizer with the fused kernel (``train/loop.py``), which PyTorch does not pick by default
+on the CPU; a plain loop with ``fused=True`` runs too, so the ratio against it shows what the engine costs
+beyond the optimizer it chose.
 
 ``--case gpt`` is the small-model, small-batch shape instead (issue 13): a 4-layer, 128-wide GPT on byte-level
 (vocabulary 256) token sequences, batch 12 x 64 tokens, fp32, AdamW, grad clip 1.0, 1 worker with 2 CPUs; the
@@ -64,8 +69,9 @@ def gpt_overrides(epochs: int, samples: int) -> list[str]:
 CASES = {"mlp": task_overrides, "gpt": gpt_overrides}
 
 
-def plain_gpt_loop(epochs: int, samples: int) -> dict[str, float]:
-    """The small GPT trained by hand: the same model, data, batch (12 x 64), AdamW and clipping, one process."""
+def plain_gpt_loop(epochs: int, samples: int, fused: bool = False) -> dict[str, float]:
+    """The small GPT trained by hand: the same model, data, batch (12 x 64), AdamW and clipping, one process.
+    ``fused``: AdamW's fused kernel, as the engine uses (the loop as a user writes it takes the default)."""
     from elastic_train.config import load
     from elastic_train.data import build_data
     from elastic_train.models import build_model
@@ -73,7 +79,7 @@ def plain_gpt_loop(epochs: int, samples: int) -> dict[str, float]:
     cfg = load(None, gpt_overrides(epochs, samples))
     bundle = build_data(cfg)
     model = build_model(cfg, bundle.spec)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, fused=fused or None)
     loader = DataLoader(TensorDataset(bundle.train.x, bundle.train.y), batch_size=12, shuffle=True, drop_last=True)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -86,10 +92,11 @@ def plain_gpt_loop(epochs: int, samples: int) -> dict[str, float]:
     return timed_loop(epochs, loader, opt, step)
 
 
-def plain_loop(epochs: int, samples: int, case: str = "mlp") -> dict[str, float]:
-    """The loop a user writes by hand, on the same data the engine builds."""
+def plain_loop(epochs: int, samples: int, case: str = "mlp", fused: bool = False) -> dict[str, float]:
+    """The loop a user writes by hand, on the same data the engine builds (``fused``: the optimizer's fused
+    kernel, which the engine uses; a user's loop gets PyTorch's default, the per-tensor loop on the CPU)."""
     if case == "gpt":
-        return plain_gpt_loop(epochs, samples)
+        return plain_gpt_loop(epochs, samples, fused)
     from elastic_train.config import load
     from elastic_train.data import build_data
 
@@ -98,7 +105,7 @@ def plain_loop(epochs: int, samples: int, case: str = "mlp") -> dict[str, float]
     model = nn.Sequential(
         nn.Flatten(), nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10)
     )
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, fused=fused or None)
     loader = DataLoader(TensorDataset(bundle.train.x, bundle.train.y), batch_size=256, shuffle=True, drop_last=True)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -174,14 +181,16 @@ def main() -> None:
         # Both sides run with the same Ray processes alive in the background (the plain loop does not use
         # them), interleaved: a shared 2-core machine drifts by 10-20 % over a few minutes, so each variant
         # is run more than once and its median run is compared.
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-        plain_runs, off_runs, on_runs = [plain_loop(args.epochs, args.samples, args.case)], [], []
+        # "local": a fresh Ray of our own, never a `ray start` head that happens to run on this machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+        plain_runs, fused_runs, off_runs, on_runs = [plain_loop(args.epochs, args.samples, args.case)], [], [], []
         for _ in range(args.repeats):
             off_runs.append(engine(args.epochs, args.samples, False, home, args.case))
+            fused_runs.append(plain_loop(args.epochs, args.samples, args.case, fused=True))
             on_runs.append(engine(args.epochs, args.samples, True, home, args.case))
             plain_runs.append(plain_loop(args.epochs, args.samples, args.case))
         ray.shutdown()
-    plain, without, with_tracking = (_median_run(r) for r in (plain_runs, off_runs, on_runs))
+    plain, fused, without, with_tracking = (_median_run(r) for r in (plain_runs, fused_runs, off_runs, on_runs))
     med = "samples_per_second_median"
     out = {
         "benchmark": "overhead",
@@ -193,13 +202,16 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "statistic": "median of per-step samples/s after the first 10 steps (engine: per log window)",
         "plain_samples_per_second": round(plain[med], 1),
+        "plain_fused_samples_per_second": round(fused[med], 1),
         "runs_samples_per_second": {"plain": [round(r[med], 1) for r in plain_runs],
+                                    "plain_fused": [round(r[med], 1) for r in fused_runs],
                                     "engine": [round(r[med], 1) for r in on_runs],
                                     "engine_no_tracking": [round(r[med], 1) for r in off_runs]},
         "engine_samples_per_second": round(with_tracking[med], 1),
         "engine_no_tracking_samples_per_second": round(without[med], 1),
         "ratio": round(with_tracking[med] / plain[med], 3),
         "tracking_ratio": round(with_tracking[med] / without[med], 3),
+        "ratio_vs_plain_fused": round(with_tracking[med] / fused[med], 3),
         "mean_based": {"plain": round(plain["samples_per_second"], 1),
                        "engine": round(with_tracking["samples_per_second"], 1),
                        "engine_no_tracking": round(without["samples_per_second"], 1),

@@ -39,10 +39,15 @@ class MlflowCheckpointCallback(UserCallback, ControllerCallback):
         return {k: self.__dict__[k] for k in ("spec", "policy", "score", "mode")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickled on the controller: start the thread now, so importing MLflow overlaps worker start-up."""
+        """Unpickled on the controller, and on every worker too (Ray Train hands workers the run config, callbacks
+        included): nothing starts here, or each worker would import MLflow and run a sender thread of its own
+        while it trains. The controller starts the thread in :meth:`after_controller_start`."""
         self.__dict__.update(state)
         quiet_mlflow_logging()  # the controller's output is forwarded to the driver's console
         self._setup_runtime()
+
+    def after_controller_start(self, train_run_context: Any) -> None:
+        """On the controller, before it starts the workers: importing MLflow overlaps their start-up."""
         if self.policy:
             self._start()
 

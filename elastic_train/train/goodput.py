@@ -9,7 +9,7 @@ The book's totals are the run's, cumulative over job resumes (they travel in eve
 :func:`wall_parts` turns one driver's book into named parts of *that driver's* wall, from its launch to its
 end, which add up to it (DESIGN invariant 9): startup (launch to the first training loop), productive steps,
 checkpoint saves, validation, restart/recompute lost, teardown (after training's last sign of life), and what
-falls between them (``other_s``, a few milliseconds per log interval).
+falls between them (``other_s``: the metric work just before a checkpoint, a few milliseconds each).
 
 :class:`GoodputReporter` is the book together with its ledger; the ledger is any object with ``put`` and
 ``get`` (worker.py wraps the Ray actor handle), so nothing here imports Ray.

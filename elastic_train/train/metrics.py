@@ -39,12 +39,14 @@ class Window:
         self._first = True
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, since: float | None = None) -> None:
+        """Start a new window at ``since`` (a ``perf_counter`` reading; default now). The loop passes the previous
+        window's end, so the work done between two windows (reducing, logging) counts in the next one's time."""
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
         self.loss_sum, self.correct, self.grad_norm_sum = zero.clone(), zero.clone(), zero.clone()
         self.samples = self.count = self.norms = 0
         self.data_wait_s = 0.0
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() if since is None else since
 
     def add(self, r: StepResult) -> None:
         self.loss_sum += r.loss_sum

@@ -173,13 +173,10 @@ class Session:
         while not self.budget.done(p):
             self.console.epoch_bar(p.epoch, self.budget.epochs, steps_per_epoch, p.step_in_epoch)
             for micro in self._timed(self.data.epoch(p.epoch, p.step_in_epoch)):
+                sync = self.policy.is_sync_point(p.global_step + 1, (p.step_in_epoch + 1) % steps_per_epoch)
                 result = train_step(
                     self.model, micro, self.state.optimizer, self.state.scheduler, self.precision,
-                    self.plan.loss_scale, cfg.train.grad_clip,
-                    measure_grad_norm=self.policy.is_sync_point(
-                        p.global_step + 1, (p.step_in_epoch + 1) % steps_per_epoch
-                    ),
-                    loss_fn=self.loss_fn,
+                    self.plan.loss_scale, cfg.train.grad_clip, measure_grad_norm=sync, loss_fn=self.loss_fn,
                 )
                 p.advance(cfg.train.global_batch_size, steps_per_epoch)
                 self.window.add(result)
@@ -189,7 +186,7 @@ class Session:
                 self.goodput.book.stepped(p.global_step)
                 self.goodput.push()  # at most every 0.25 s: the ledger knows the last step when a worker dies
                 self.host.fault.maybe_fire(p.global_step)
-                if self.policy.is_sync_point(p.global_step, p.step_in_epoch):
+                if sync:
                     self._maybe_checkpoint(self._sync_and_log(), epoch_end=p.step_in_epoch == 0)
                 if self.budget.done(p):  # a step/token budget ends mid-epoch (its last step was a sync point)
                     break
@@ -217,7 +214,8 @@ class Session:
         totals, flags = self.window.reduce(self.rank, self.policy.flags())
         p = self.state.progress
         self.state.record_epoch(totals)
-        wall = self.window.elapsed()
+        ended = time.perf_counter()
+        wall = ended - self.window.t0
         stats = metric_math.interval_metrics(totals, wall, self.window.data_wait_s, self.bundle.spec,
                                              self.flops_per_sample, self.device, self.cfg)
         stats["lr"] = self.state.scheduler.get_last_lr()[0]
@@ -230,7 +228,7 @@ class Session:
         self.goodput.book.heartbeat(time.time(), p.global_step, wall, 0.0)
         self.throughput.add(totals["samples"], wall, warm=self.window.warm, data_wait_s=self.window.data_wait_s)
         self.goodput.push()
-        self.window.reset()
+        self.window.reset(since=ended)  # this logging is charged to the next window: the rates stay honest
         self.policy.synced(flags)
         return flags
 
