@@ -46,13 +46,18 @@ def quiet_client_retries() -> None:
 class MlflowTracker:
     """Logs into one existing run (``spec.run_id``); never creates or ends runs (the driver does)."""
 
-    def __init__(self, spec: TrackingSpec, start_system_metrics: bool | None = None):
+    def __init__(self, spec: TrackingSpec, start_system_metrics: bool | None = None, fence: Any = None):
+        """``fence``: a :class:`~tracking.fence.SenderFence` the sender thread takes before it sends anything
+        (rank 0's sender child: no other sender of the run may deliver steps after the floor is read)."""
         for k, v in spec.env.items():
             os.environ.setdefault(k, v)
         quiet_client_retries()
         quiet_mlflow_logging()  # also on the Train controller (checkpoint callback) and in the sender child
         self.spec = spec
-        self._floor = -1  # metrics logged unless_logged at steps <= this are dropped (skip_logged_steps)
+        # metrics logged unless_logged at steps <= this are dropped (skip_logged_steps); None: not known yet, the
+        # sender thread asks the server (after the fence) before it sends any of them
+        self._floor: int | None = -1
+        self._fence = fence
         self.client: Any = None  # created by the sender thread: importing mlflow takes seconds
         self._system_wanted = start_system_metrics if start_system_metrics is not None else spec.system_metrics
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -73,21 +78,21 @@ class MlflowTracker:
             self._queue.put(("param", (str(k), _param_value(v))))
 
     def skip_logged_steps(self, fallback: int) -> None:
-        from tracking.runs import last_logged_step
-
-        try:
-            self._floor = last_logged_step(self.spec.uri, self.spec.run_id)
-        except Exception:  # noqa: BLE001 - the server is away: the caller's own record stands in
-            self._floor = fallback
+        """The floor is the server's answer, asked by the sender thread once it holds the fence and the server
+        answers. Not ``fallback`` (the worker's own record): it lags what reached the server (a step logged
+        twice) or leads it (a step queued in a dead process, never logged again)."""
+        self._floor = None
 
     def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None, *,
                     unless_logged: bool = False) -> None:
-        if unless_logged and step <= self._floor:
+        floor = self._floor
+        if unless_logged and floor is not None and step <= floor:
             return
+        kind = "metric_unless" if unless_logged else "metric"  # the sender thread drops those <= the floor
         ts = timestamp_ms or int(time.time() * 1000)
         for k, v in metrics.items():
             if isinstance(v, int | float) and not isinstance(v, bool) and v == v:  # numbers, not NaN
-                self._queue.put(("metric", (k, float(v), ts, int(step))))
+                self._queue.put((kind, (k, float(v), ts, int(step))))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         for k, v in tags.items():
@@ -144,6 +149,8 @@ class MlflowTracker:
     def _run(self) -> None:
         backoff = 0.5
         yield_cpu_to_training()
+        if self._fence is not None:  # an orphaned sender of this run sends what it holds first (bounded)
+            self._fence.acquire(cancel=self._closed)
         self._connect()
         while not self._closed.is_set():
             with self._lock:
@@ -160,7 +167,7 @@ class MlflowTracker:
                     continue
                 with self._lock:
                     self._pending.append(item)
-                if item[0] == "metric":
+                if item[0] in ("metric", "metric_unless"):
                     # Let metrics accumulate into one request: per-step logging then costs one request a second,
                     # not one per step (each is milliseconds of CPU, stolen from training on small machines).
                     self._closed.wait(BATCH_WINDOW_S)
@@ -187,11 +194,17 @@ class MlflowTracker:
             return
         from mlflow.entities import Metric, Param, RunTag
 
+        if self._floor is None and any(kind == "metric_unless" for kind, _ in self._pending):
+            from tracking.runs import last_logged_step
+
+            self._floor = last_logged_step(self.spec.uri, self.spec.run_id)  # raises while the server is away
         metrics, params, tags, n = [], [], [], 0
         for kind, item in self._pending:
             if kind == "artifacts":
                 break
-            if kind == "metric" and len(metrics) < MAX_METRICS:
+            if kind == "metric_unless" and self._floor is not None and item[3] <= self._floor:
+                n += 1  # the run holds this step already (sent before a restart): dropped, not sent twice
+            elif kind in ("metric", "metric_unless") and len(metrics) < MAX_METRICS:
                 metrics.append(Metric(*item))
             elif kind == "param" and len(params) < MAX_PARAMS:
                 params.append(Param(*item))
@@ -200,7 +213,8 @@ class MlflowTracker:
             else:
                 break
             n += 1
-        self.client.log_batch(self.spec.run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
+        if metrics or params or tags:
+            self.client.log_batch(self.spec.run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
         with self._lock:
             for _ in range(n):
                 self._pending.popleft()
@@ -212,6 +226,7 @@ class MlflowTracker:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             for kind, item in items:
+                kind = "metric" if kind == "metric_unless" else kind
                 f.write(json.dumps({"run_id": self.spec.run_id, "kind": kind, **_as_json(kind, item)}) + "\n")
         log.warning("MLflow: %d items could not be sent; written to %s", len(items), path)
         return str(path)
@@ -248,7 +263,7 @@ def replay_spool(path: str | Path, uri: str) -> int:
 
 
 def _as_json(kind: str, item: Any) -> dict[str, Any]:
-    if kind == "metric":
+    if kind in ("metric", "metric_unless"):
         return dict(zip(("key", "value", "timestamp", "step"), item, strict=True))
     if kind in ("param", "tag"):
         return {"key": item[0], "value": item[1]}

@@ -11,8 +11,10 @@ restarted run recomputes (``skip_logged_steps``) once it has asked MLflow for th
 The child leaves the worker's process tree at start (fork, new session): Ray kills a worker's child processes
 when the worker exits, and a trial that ASHA stops, or a worker that loses its node's peer, exits at once —
 the tags, params and metrics still queued would die with it. If the training process dies, the child reads
-end-of-file and sends what it holds (spooling what it cannot send within 2 minutes); a restarted run logs only
-the steps after the last one MLflow holds when it asks, so each step appears once.
+end-of-file and sends what it holds (spooling what it cannot send within 2 minutes). Every sender of a run holds
+the run's lock file (tracking/fence.py) from before its first send until it exits, so a restarted run's sender
+waits for such an orphan to finish (bounded) before it asks MLflow for the run's last step and logs only the
+steps after it: each step appears once, also when the orphan held steps through an MLflow outage.
 """
 
 from __future__ import annotations
@@ -136,9 +138,11 @@ def _main() -> int:
     os.nice(10)
     # Our stderr is the worker's, which Ray forwards to the driver's console: MLflow's INFO lines stay off it.
     quiet_mlflow_logging()
+    from tracking.fence import SenderFence, lock_path
     from tracking.mlflow_tracker import MlflowTracker
 
-    tracker = MlflowTracker(TrackingSpec(**json.loads(sys.argv[1])))
+    spec = TrackingSpec(**json.loads(sys.argv[1]))
+    tracker = MlflowTracker(spec, fence=SenderFence(lock_path(spec.spool_path, spec.run_id)))
     tracker.connected.wait(60)
     for line in sys.stdin:
         cmd, args = json.loads(line)
