@@ -67,16 +67,18 @@ NAME = "chaos"
 
 
 def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, workers: int,
-                  kinds: tuple[str, ...] = KINDS, gap: int = 3) -> list[dict]:
+                  kinds: tuple[str, ...] = KINDS, gap: int = 3, readd_room: int = 3) -> list[dict]:
     """``n_faults`` faults at distinct steps in [2, total_steps - 2], drawn from ``seed``.
 
     A ``pair`` is two worker faults (exit then raise, or the reverse) one to ``every - 1`` steps apart: closer
     than one checkpoint interval. A campaign fault holds a window of ``gap`` steps (a node comes back, the
     MLflow server restarts at its end); windows never overlap, and an ``mlflow`` outage starts in the first
-    half of the run so the server is back well before the end. Worker faults after the first node loss hit
-    rank 0 (a rank the shrunk world lacks would never fire). With two faults or more the schedule holds at
-    least one worker fault and one campaign fault when ``kinds`` has both; with room for all (9 for the eight
-    kinds: a pair is two), every kind in ``kinds`` at least once."""
+    half of the run so the server is back well before the end. A ``node`` or ``drain`` window ends at least
+    ``readd_room`` steps before the last step: the node is re-added while the run still trains (a drain's
+    removal waits for the just-in-time checkpoint, and the run goes on meanwhile). Worker faults after the
+    first node loss hit rank 0 (a rank the shrunk world lacks would never fire). With two faults or more the
+    schedule holds at least one worker fault and one campaign fault when ``kinds`` has both; with room for all
+    (9 for the eight kinds: a pair is two), every kind in ``kinds`` at least once."""
     rng = random.Random(seed)
     worker_kinds = tuple(k for k in kinds if k in WORKER_KINDS)
     campaign_kinds = tuple(k for k in kinds if k in CAMPAIGN_KINDS)
@@ -103,7 +105,8 @@ def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, worker
         step = rng.choice(sorted(free))
         if kind in CAMPAIGN_KINDS:
             end = step + gap
-            if end >= total_steps - 1 or any(a <= end and step <= b for a, b in windows):
+            last = total_steps - 2 - (readd_room if kind in ("node", "drain") else 0)  # the window's latest end
+            if end > last or any(a <= end and step <= b for a, b in windows):
                 continue
             if kind == "mlflow" and step > total_steps // 2:
                 continue
@@ -313,6 +316,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
     driver = Driver(world, job_argv(world, name, epochs, workers, every, trace, out),
                     job_env(world, fault_spec(schedule, markers, delay)), run_home / "driver.log")
     progress = Progress(trace)
+    last_readd = epochs * STEPS_PER_EPOCH - 2
     # actions: (step, order, what, fault index); a window's end is queued when its start fires
     actions = [(f["step"], 0, f["kind"], i) for i, f in enumerate(schedule) if f["kind"] in CAMPAIGN_KINDS]
     events: dict[int, dict] = {}
@@ -344,7 +348,10 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                 world.cluster.remove_node(nodes[0])
                 removed_at = progress.poll()  # a drain waited: count the window from the removal
                 ev["removed_step"] = removed_at
-                actions.append((removed_at + schedule[i]["until"] - schedule[i]["step"], 1, "readd", i))
+                # ... but bring the node back while the run still trains: a drain whose checkpoint came late
+                # (the run went on meanwhile) gets its node back at once near the end, not after the run
+                due = min(removed_at + schedule[i]["until"] - schedule[i]["step"], last_readd)
+                actions.append((due, 1, "readd", i))
             elif what == "readd":
                 world.cluster.add_node(num_cpus=world.node_cpus)
                 ev.update(readded_step=step, readded_unix=time.time())
@@ -371,6 +378,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
     for a in actions:  # windows still open when the run ended: close them (a node back, the server up)
         if a[2] == "readd":
             world.cluster.add_node(num_cpus=world.node_cpus)
+            events[a[3]]["readded_after_end"] = True
     summary = json.loads(out.read_text()) if out.exists() else {"status": "NO SUMMARY"}
     summary.update(exit_code=rc, chaos_wall_s=round(time.time() - t0, 1), driver_launches=driver.launches)
     for ev in events.values():
