@@ -67,6 +67,7 @@ class MlflowTracker:
         self.connected = threading.Event()  # mlflow imported and the client built
         self._lock = threading.Lock()
         self.sent = 0
+        self.skipped = 0  # recomputed steps the run held already (skip_logged_steps)
         self.failures = 0
         self._thread = threading.Thread(target=self._run, name="mlflow-sender", daemon=True)
         self._system: Any = None
@@ -135,7 +136,7 @@ class MlflowTracker:
         while not self._queue.empty():
             leftover.append(self._queue.get_nowait())
         spool = self._spool(leftover) if leftover else None
-        return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool}
+        return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool, "skipped": self.skipped}
 
     # ------------------------------------------------------------------------------ sender thread
     def _connect(self) -> None:
@@ -198,12 +199,12 @@ class MlflowTracker:
             from tracking.runs import last_logged_step
 
             self._floor = last_logged_step(self.spec.uri, self.spec.run_id)  # raises while the server is away
-        metrics, params, tags, n = [], [], [], 0
+        metrics, params, tags, n, skipped = [], [], [], 0, 0
         for kind, item in self._pending:
             if kind == "artifacts":
                 break
             if kind == "metric_unless" and self._floor is not None and item[3] <= self._floor:
-                n += 1  # the run holds this step already (sent before a restart): dropped, not sent twice
+                skipped += 1  # the run holds this step already (sent before a restart): dropped, not sent twice
             elif kind in ("metric", "metric_unless") and len(metrics) < MAX_METRICS:
                 metrics.append(Metric(*item))
             elif kind == "param" and len(params) < MAX_PARAMS:
@@ -218,7 +219,8 @@ class MlflowTracker:
         with self._lock:
             for _ in range(n):
                 self._pending.popleft()
-        self.sent += n
+        self.sent += n - skipped
+        self.skipped += skipped
 
     # ------------------------------------------------------------------------------ helpers
     def _spool(self, items: list[tuple[str, Any]]) -> str:

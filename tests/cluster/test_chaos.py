@@ -37,15 +37,8 @@ def world(tmp_path_factory):
 
 
 @pytest.mark.parametrize("seed", [
-    # raise, drain, mlflow. In `make test-long`: passed in two suite runs, failed in a third: the run FINISHED at
-    # world sizes [2, 1] before the campaign re-added the drained node (no `readded_step`): a schedule that can
-    # place a drain too close to the end; open
-    pytest.param(12, marks=pytest.mark.long),
-    pytest.param(22, marks=[pytest.mark.long, pytest.mark.xfail(strict=False, reason=(
-        "open: a worker that dies while MLflow is away leaves its sender child (tracking/sender.py, detached so a "
-        "stopped trial's last metrics survive) holding steps it delivers once the server is back, after the "
-        "restarted run asked the server which steps it holds: those steps appear twice (seen: 10, and 6-10); "
-        "docs/faults.md"))]),  # mlflow, save, driver: `make test-long`
+    pytest.param(12, marks=pytest.mark.long),  # raise, drain, mlflow
+    pytest.param(22, marks=pytest.mark.long),  # mlflow, save, driver: the orphaned sender (tests/e2e/test_orphan_sender.py)
 ])
 def test_a_short_mixed_fault_campaign_survives_and_loses_nothing(world, seed):
     from bench.chaos import campaign, passed

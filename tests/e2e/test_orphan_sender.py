@@ -103,6 +103,7 @@ def test_an_orphaned_sender_is_fenced_so_every_step_reaches_mlflow_once(tmp_path
                 pass
     assert answers[-1]["unsent"] == 0 and answers[-1]["sent"] >= 5, answers
     assert all(c["unsent"] == 0 for c in closed.values()), closed
+    assert closed["twice"]["skipped"] == 5 and closed["missing"]["skipped"] == 0, closed  # 6-10: the orphan's
     for case, spec in specs.items():  # read from the server's store
         steps = sorted(m.step for m in store.get_metric_history(spec.run_id, "train_loss"))
         assert steps == list(range(1, 13)), (case, steps)
