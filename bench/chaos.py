@@ -515,17 +515,17 @@ def wall_adds_up(summary: dict) -> bool:
 
 
 def campaign(world: World, seed: int, n_faults: int, epochs: int, workers: int, every: int, delay: float,
-             kinds: tuple[str, ...] = KINDS, name: str | None = None) -> dict:
+             kinds: tuple[str, ...] = KINDS, name: str | None = None, timeout_s: float = 900) -> dict:
     """One seeded campaign on ``world`` against the fault-free reference; the JSON report."""
     from tests.helpers.trace import exactly_once_problems, read_trace
 
     total = epochs * STEPS_PER_EPOCH
     schedule = draw_schedule(seed, n_faults, total, every, workers, kinds)
     t0 = time.time()
-    clean = reference(world, epochs, workers, every)
+    clean = reference(world, epochs, workers, every, timeout_s=timeout_s)
     t1 = time.time()
     name = name or f"{NAME}-s{seed}"
-    chaos, events, run_home = chaos_run(world, name, schedule, epochs, workers, every, delay)
+    chaos, events, run_home = chaos_run(world, name, schedule, epochs, workers, every, delay, timeout_s=timeout_s)
     rows = analyse(schedule, events, run_home / "markers")
     problems = exactly_once_problems(read_trace(run_home / "trace"), N_TRAIN, GLOBAL_BATCH, epochs)
     recoveries = [r["recovery_s"] for r in rows if "recovery_s" in r]
@@ -600,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=float, default=0.15, help="seconds each step is stretched by")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
     p.add_argument("--smoke", action="store_true", help="6 faults over 3 epochs")
+    p.add_argument("--timeout", type=float, default=900, help="seconds each run (reference, faulted) may take")
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (driver logs, traces, markers)")
     args = p.parse_args(argv)
     if args.smoke:
@@ -610,7 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="et-chaos-") as tmp:
         world = World.start(Path(args.keep or tmp), nodes=args.nodes)
         try:
-            report = campaign(world, args.seed, args.faults, args.epochs, args.workers, args.every, args.delay, kinds)
+            report = campaign(world, args.seed, args.faults, args.epochs, args.workers, args.every, args.delay, kinds,
+                              timeout_s=args.timeout)
         finally:
             world.stop()
     report["problems"] = passed(report)
