@@ -24,6 +24,7 @@ from tracking.quiet import quiet_mlflow_logging
 log = logging.getLogger(__name__)
 
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # MLflow's log_batch limits
+REQUEST_TIMEOUT_S = 10  # MLFLOW_HTTP_REQUEST_TIMEOUT unless set
 PARAM_MAX_CHARS = 6000
 BATCH_WINDOW_S = 1.0
 
@@ -40,7 +41,7 @@ def yield_cpu_to_training() -> None:
 def quiet_client_retries() -> None:
     """Make a failed request fail fast: our sender retries; MLflow's own backoff would block it for minutes."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S))
 
 
 class MlflowTracker:
@@ -58,6 +59,9 @@ class MlflowTracker:
         # sender thread asks the server (after the fence) before it sends any of them
         self._floor: int | None = -1
         self._fence = fence
+        # A failed log_batch may still have reached the store (a response lost as the server shut down, a
+        # client timeout): its metric-bearing size and first metric, checked before it is sent again
+        self._unsure: tuple[int, tuple] | None = None
         self.client: Any = None  # created by the sender thread: importing mlflow takes seconds
         self._system_wanted = start_system_metrics if start_system_metrics is not None else spec.system_metrics
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -131,7 +135,9 @@ class MlflowTracker:
                 pass
         self.flush(timeout_s)
         self._closed.set()
-        self._thread.join(timeout=5)
+        # A request in flight must end (answered, or timed out) before this process may exit: one the server
+        # still processes after our exit (our fence released) would land after a restarted run read its floor.
+        self._thread.join(timeout=_request_timeout() + 5)
         leftover = list(self._pending)
         while not self._queue.empty():
             leftover.append(self._queue.get_nowait())
@@ -199,7 +205,9 @@ class MlflowTracker:
             from tracking.runs import last_logged_step
 
             self._floor = last_logged_step(self.spec.uri, self.spec.run_id)  # raises while the server is away
-        metrics, params, tags, n, skipped = [], [], [], 0, 0
+        if self._unsure is not None and self._landed_already():
+            return
+        metrics, params, tags, n, skipped, first = [], [], [], 0, 0, None
         for kind, item in self._pending:
             if kind == "artifacts":
                 break
@@ -207,6 +215,7 @@ class MlflowTracker:
                 skipped += 1  # the run holds this step already (sent before a restart): dropped, not sent twice
             elif kind in ("metric", "metric_unless") and len(metrics) < MAX_METRICS:
                 metrics.append(Metric(*item))
+                first = first or item
             elif kind == "param" and len(params) < MAX_PARAMS:
                 params.append(Param(*item))
             elif kind == "tag" and len(tags) < MAX_TAGS:
@@ -215,12 +224,28 @@ class MlflowTracker:
                 break
             n += 1
         if metrics or params or tags:
+            self._unsure = (n, first) if first else None
             self.client.log_batch(self.spec.run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
+            self._unsure = None
         with self._lock:
             for _ in range(n):
                 self._pending.popleft()
         self.sent += n - skipped
         self.skipped += skipped
+
+    def _landed_already(self) -> bool:
+        """Whether the last failed batch reached the store after all (its first metric, same timestamp and value,
+        is there): then it is dropped as sent, not sent twice. Raises while the server is away."""
+        n, (key, value, ts, step) = self._unsure
+        landed = any(m.step == step and m.timestamp == ts and m.value == value
+                     for m in self.client.get_metric_history(self.spec.run_id, key))
+        self._unsure = None
+        if landed:
+            with self._lock:
+                for _ in range(n):
+                    self._pending.popleft()
+            self.sent += n
+        return landed
 
     # ------------------------------------------------------------------------------ helpers
     def _spool(self, items: list[tuple[str, Any]]) -> str:
@@ -275,6 +300,13 @@ def _as_json(kind: str, item: Any) -> dict[str, Any]:
 def _param_value(v: Any) -> str:
     s = v if isinstance(v, str) else json.dumps(v, default=str)
     return s if len(s) <= PARAM_MAX_CHARS else s[: PARAM_MAX_CHARS - 3] + "..."
+
+
+def _request_timeout() -> float:
+    try:
+        return float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", REQUEST_TIMEOUT_S))
+    except ValueError:
+        return REQUEST_TIMEOUT_S
 
 
 def _short(e: BaseException) -> str:
