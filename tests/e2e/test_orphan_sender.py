@@ -101,9 +101,12 @@ def test_an_orphaned_sender_is_fenced_so_every_step_reaches_mlflow_once(tmp_path
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
-    assert answers[-1]["unsent"] == 0 and answers[-1]["sent"] >= 5, answers
+    # The orphan sends steps 6-10 once the server answers, or (a machine so loaded that its 2-minute flush bound
+    # passes first) spools them; the restarted sender skips exactly the ones it sent and logs the rest itself.
+    orphan_sent = answers[-1]["sent"]
+    assert orphan_sent + answers[-1]["unsent"] == 5, answers
     assert all(c["unsent"] == 0 for c in closed.values()), closed
-    assert closed["twice"]["skipped"] == 5 and closed["missing"]["skipped"] == 0, closed  # 6-10: the orphan's
+    assert closed["twice"]["skipped"] == orphan_sent and closed["missing"]["skipped"] == 0, closed
     for case, spec in specs.items():  # read from the server's store
         steps = sorted(m.step for m in store.get_metric_history(spec.run_id, "train_loss"))
         assert steps == list(range(1, 13)), (case, steps)
