@@ -78,3 +78,9 @@ class SenderFence:
                 time.sleep(min(0.2, left))
         self.waited_s = time.monotonic() - t0
         return self.held
+
+    def release(self) -> None:
+        """Let the next sender go (process exit does the same)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd, self.held = None, False
