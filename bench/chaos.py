@@ -486,6 +486,19 @@ def recovery_phases(fault: dict, markers: Path, until: float | None = None) -> d
                          "first_step_s": round(first - restored, 2)}}
 
 
+def wait_for_senders(world: World, name: str, run_id: str | None) -> float | None:
+    """Seconds until no metrics sender of the run is left (one still sending after the driver ended: MLflow was
+    away at the end; tracking/fence.py), bounded; None when one still holds the run's lock after the bound."""
+    from tracking.fence import SenderFence, lock_path
+
+    if not run_id:
+        return None
+    t0, fence = time.monotonic(), SenderFence(lock_path(world.home / "results" / name / "mlflow_unsent.jsonl", run_id))
+    done = fence.acquire()
+    fence.release()
+    return round(time.monotonic() - t0, 1) if done else None
+
+
 def mlflow_checks(summary: dict, name: str) -> dict:
     """One MLflow run named ``name``; every step's ``train_loss`` once; status FINISHED; ``restarts`` right."""
     try:
@@ -533,6 +546,7 @@ def campaign(world: World, seed: int, n_faults: int, epochs: int, workers: int, 
     a, b = (s.get("final_metrics", {}).get("train_loss") for s in (chaos, clean))
     injected = sum(r["fired"] for r in rows)
     finished = chaos.get("status") == "FINISHED"
+    senders_done = wait_for_senders(world, name, chaos.get("mlflow_run_id"))
     tracked = mlflow_checks(chaos, name) if "mlflow_run_id" in chaos else {"mlflow_error": "no summary"}
     for r in rows:
         r.pop("unix", None)
@@ -554,7 +568,8 @@ def campaign(world: World, seed: int, n_faults: int, epochs: int, workers: int, 
             "recomputed_steps_ledger": (chaos.get("goodput") or {}).get("recomputed_steps"),
             "restart_lost_s_ledger": (chaos.get("goodput") or {}).get("restart_lost_s"),
             "goodput_parts_sum_to_wall": wall_adds_up(chaos), "goodput": chaos.get("goodput"),
-            **tracked, "tracking_error": chaos.get("tracking_error"), "tracking_unsent": chaos.get("tracking_unsent"),
+            **tracked, "senders_done_s": senders_done,
+            "tracking_error": chaos.get("tracking_error"), "tracking_unsent": chaos.get("tracking_unsent"),
             "params_sha256": chaos.get("params_sha256"), "clean_params_sha256": clean.get("params_sha256"),
             "world_size_never_changed": same_world,
             "params_bitwise_equal": chaos.get("params_sha256") == clean.get("params_sha256") if same_world else None,

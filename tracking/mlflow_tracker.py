@@ -126,6 +126,11 @@ class MlflowTracker:
             self._idle.wait(min(0.2, max(0.0, deadline - time.monotonic())))
         return False
 
+    def pending(self) -> int:
+        """Items not yet sent (queued or in flight)."""
+        with self._lock:
+            return len(self._pending) + self._queue.qsize()
+
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush within ``timeout_s``; spool the rest to JSONL. Returns ``{sent, unsent, spool_path}``."""
         if self._system is not None:

@@ -114,6 +114,9 @@ class ProcessTracker:
         return self._result or {"sent": 0, "unsent": -1, "spool_path": None, "error": "the sender did not answer"}
 
 
+ORPHAN_FLUSH_S = 120.0  # how long a sender nobody waits for keeps trying before it spools (tracking/fence.py)
+
+
 def _detach() -> None:
     """Leave the worker's process tree: fork, let the parent exit at once, start a new session."""
     if hasattr(os, "fork"):
@@ -147,8 +150,7 @@ def _main() -> int:
     for line in sys.stdin:
         cmd, args = json.loads(line)
         if cmd == "close":
-            _answer(tracker.close(*args))
-            return 0
+            return _close(tracker, spec, *args)
         if cmd == "log_metrics":
             metrics, step, ts, unless_logged = args
             tracker.log_metrics(metrics, step, timestamp_ms=ts, unless_logged=unless_logged)
@@ -157,7 +159,26 @@ def _main() -> int:
     # End of input without "close": the training process died (a crash, or a trial stopped early). Send what
     # it logged (nobody waits for this process now; the rest is spooled after 2 minutes): a restart skips the
     # steps MLflow holds by the time it asks.
-    _answer(tracker.close(timeout_s=120))
+    _answer(tracker.close(timeout_s=ORPHAN_FLUSH_S))
+    return 0
+
+
+def _close(tracker: Any, spec: TrackingSpec, timeout_s: float) -> int:
+    """The training process closes: it waits ``timeout_s`` at most. What is still unsent then (MLflow away at
+    the end of a run) is not spooled at once: the answer says how much is pending, the training process stops
+    waiting (our stdout closes), and this detached process keeps sending as an orphan does, for up to
+    :data:`ORPHAN_FLUSH_S`, holding the run's fence (a restart waits for it; ``bench/chaos.py`` does too)."""
+    if tracker.flush(timeout_s):
+        _answer(tracker.close(0))
+        return 0
+    pending = tracker.pending()
+    _answer({"sent": tracker.sent, "unsent": pending, "spool_path": spec.spool_path, "skipped": tracker.skipped,
+             "still_sending": True})
+    try:
+        sys.stdout.close()
+    except OSError:
+        pass
+    tracker.close(timeout_s=ORPHAN_FLUSH_S)
     return 0
 
 
