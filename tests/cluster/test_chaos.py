@@ -9,8 +9,7 @@ from it (bench/chaos.py ``draw_schedule``); between them the seeds cover every k
     22: mlflow outage at 7, death inside a checkpoint save at 9, driver SIGKILLed at 15 and resumed by name
     12: rank 1 raises at 2, a node drained for preemption at 6 (removed, re-added at 9), mlflow outage at 10
 
-Seed 12 runs in ``make test``; seed 22 (a driver relaunch, which waits out the MLflow outage) in
-``make test-long``. The end checks are bench/chaos.py's (``passed``): the run finished, every fault fired, every
+Both seeds run in ``make test-long`` (seed 12 takes 151 s on a nearly idle box: over ``make test``'s share). The end checks are bench/chaos.py's (``passed``): the run finished, every fault fired, every
 epoch consumed every sample exactly once, the train loss within 1e-4 relative of the reference (params bitwise
 equal when the world size never changed), one MLflow run FINISHED with every step's metrics once and
 ``restarts`` right, and goodput parts that sum to the wall.
@@ -22,7 +21,9 @@ import json
 
 import pytest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+# The campaign's own waits are bounded (bench/chaos.py: each run 900 s); under heavy load a seed has taken
+# 600 s, the suite's default per-test limit, so this module has its own
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 SEEDS = {22: {"mlflow", "save", "driver"}, 12: {"raise", "drain", "mlflow"}}
 EPOCHS, WORKERS, EVERY, DELAY = 2, 2, 5, 0.1
@@ -38,9 +39,10 @@ def world(tmp_path_factory):
 
 
 @pytest.mark.parametrize("seed", [
-    # raise, drain, mlflow: in `make test`. 169 s for the module at a load average of ~11 (docs/benchmarks.md),
-    # so ~60-90 s idle by the 2-3x rule; 14 min at a load of 25-45 (2026-12-02, after the fixes below)
-    12,
+    # raise, drain, mlflow: `make test-long` too. Passes with the tracking fixes, but 151 s for the module on
+    # the nearly idle box (load average ~3.5, mostly its own processes; 14 min at a load of 25-45): over the
+    # ~100 s `make test` allows a campaign seed
+    pytest.param(12, marks=pytest.mark.long),
     # mlflow, save, driver: `make test-long`; it found the orphaned sender (tests/e2e/test_orphan_sender.py)
     pytest.param(22, marks=pytest.mark.long),
 ])
