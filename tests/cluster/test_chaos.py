@@ -9,10 +9,11 @@ from it (bench/chaos.py ``draw_schedule``); between them the seeds cover every k
     22: mlflow outage at 7, death inside a checkpoint save at 9, driver SIGKILLed at 15 and resumed by name
     12: rank 1 raises at 2, a node drained for preemption at 6 (removed, re-added at 9), mlflow outage at 10
 
-Both seeds run in ``make test-long`` (seed 12 takes 151 s on a nearly idle box: over ``make test``'s share). The end checks are bench/chaos.py's (``passed``): the run finished, every fault fired, every
-epoch consumed every sample exactly once, the train loss within 1e-4 relative of the reference (params bitwise
-equal when the world size never changed), one MLflow run FINISHED with every step's metrics once and
-``restarts`` right, and goodput parts that sum to the wall.
+Both seeds run in ``make test-long`` (seed 12 takes 151 s on a nearly idle box: over ``make test``'s share).
+The end checks are bench/chaos.py's (``passed``): the run finished, every fault fired, every epoch consumed
+every sample exactly once, the train loss within 1e-4 relative of the reference (params bitwise equal when the
+world size never changed), one MLflow run FINISHED with every step's metrics once and ``restarts`` right, and
+goodput parts that sum to the wall.
 """
 
 from __future__ import annotations
