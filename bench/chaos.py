@@ -67,16 +67,18 @@ NAME = "chaos"
 
 
 def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, workers: int,
-                  kinds: tuple[str, ...] = KINDS, gap: int = 3) -> list[dict]:
+                  kinds: tuple[str, ...] = KINDS, gap: int = 3, readd_room: int = 3) -> list[dict]:
     """``n_faults`` faults at distinct steps in [2, total_steps - 2], drawn from ``seed``.
 
     A ``pair`` is two worker faults (exit then raise, or the reverse) one to ``every - 1`` steps apart: closer
     than one checkpoint interval. A campaign fault holds a window of ``gap`` steps (a node comes back, the
     MLflow server restarts at its end); windows never overlap, and an ``mlflow`` outage starts in the first
-    half of the run so the server is back well before the end. Worker faults after the first node loss hit
-    rank 0 (a rank the shrunk world lacks would never fire). With two faults or more the schedule holds at
-    least one worker fault and one campaign fault when ``kinds`` has both; with room for all (9 for the eight
-    kinds: a pair is two), every kind in ``kinds`` at least once."""
+    half of the run so the server is back well before the end. A ``node`` or ``drain`` window ends at least
+    ``readd_room`` steps before the last step: the node is re-added while the run still trains (a drain's
+    removal waits for the just-in-time checkpoint, and the run goes on meanwhile). Worker faults after the
+    first node loss hit rank 0 (a rank the shrunk world lacks would never fire). With two faults or more the
+    schedule holds at least one worker fault and one campaign fault when ``kinds`` has both; with room for all
+    (9 for the eight kinds: a pair is two), every kind in ``kinds`` at least once."""
     rng = random.Random(seed)
     worker_kinds = tuple(k for k in kinds if k in WORKER_KINDS)
     campaign_kinds = tuple(k for k in kinds if k in CAMPAIGN_KINDS)
@@ -103,7 +105,8 @@ def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, worker
         step = rng.choice(sorted(free))
         if kind in CAMPAIGN_KINDS:
             end = step + gap
-            if end >= total_steps - 1 or any(a <= end and step <= b for a, b in windows):
+            last = total_steps - 2 - (readd_room if kind in ("node", "drain") else 0)  # the window's latest end
+            if end > last or any(a <= end and step <= b for a, b in windows):
                 continue
             if kind == "mlflow" and step > total_steps // 2:
                 continue
@@ -313,6 +316,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
     driver = Driver(world, job_argv(world, name, epochs, workers, every, trace, out),
                     job_env(world, fault_spec(schedule, markers, delay)), run_home / "driver.log")
     progress = Progress(trace)
+    last_readd = epochs * STEPS_PER_EPOCH - 2
     # actions: (step, order, what, fault index); a window's end is queued when its start fires
     actions = [(f["step"], 0, f["kind"], i) for i, f in enumerate(schedule) if f["kind"] in CAMPAIGN_KINDS]
     events: dict[int, dict] = {}
@@ -344,7 +348,10 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                 world.cluster.remove_node(nodes[0])
                 removed_at = progress.poll()  # a drain waited: count the window from the removal
                 ev["removed_step"] = removed_at
-                actions.append((removed_at + schedule[i]["until"] - schedule[i]["step"], 1, "readd", i))
+                # ... but bring the node back while the run still trains: a drain whose checkpoint came late
+                # (the run went on meanwhile) gets its node back at once near the end, not after the run
+                due = min(removed_at + schedule[i]["until"] - schedule[i]["step"], last_readd)
+                actions.append((due, 1, "readd", i))
             elif what == "readd":
                 world.cluster.add_node(num_cpus=world.node_cpus)
                 ev.update(readded_step=step, readded_unix=time.time())
@@ -371,6 +378,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
     for a in actions:  # windows still open when the run ended: close them (a node back, the server up)
         if a[2] == "readd":
             world.cluster.add_node(num_cpus=world.node_cpus)
+            events[a[3]]["readded_after_end"] = True
     summary = json.loads(out.read_text()) if out.exists() else {"status": "NO SUMMARY"}
     summary.update(exit_code=rc, chaos_wall_s=round(time.time() - t0, 1), driver_launches=driver.launches)
     for ev in events.values():
@@ -478,6 +486,19 @@ def recovery_phases(fault: dict, markers: Path, until: float | None = None) -> d
                          "first_step_s": round(first - restored, 2)}}
 
 
+def wait_for_senders(world: World, name: str, run_id: str | None) -> float | None:
+    """Seconds until no metrics sender of the run is left (one still sending after the driver ended: MLflow was
+    away at the end; tracking/fence.py), bounded; None when one still holds the run's lock after the bound."""
+    from tracking.fence import SenderFence, lock_path
+
+    if not run_id:
+        return None
+    t0, fence = time.monotonic(), SenderFence(lock_path(world.home / "results" / name / "mlflow_unsent.jsonl", run_id))
+    done = fence.acquire()
+    fence.release()
+    return round(time.monotonic() - t0, 1) if done else None
+
+
 def mlflow_checks(summary: dict, name: str) -> dict:
     """One MLflow run named ``name``; every step's ``train_loss`` once; status FINISHED; ``restarts`` right."""
     try:
@@ -507,17 +528,17 @@ def wall_adds_up(summary: dict) -> bool:
 
 
 def campaign(world: World, seed: int, n_faults: int, epochs: int, workers: int, every: int, delay: float,
-             kinds: tuple[str, ...] = KINDS, name: str | None = None) -> dict:
+             kinds: tuple[str, ...] = KINDS, name: str | None = None, timeout_s: float = 900) -> dict:
     """One seeded campaign on ``world`` against the fault-free reference; the JSON report."""
     from tests.helpers.trace import exactly_once_problems, read_trace
 
     total = epochs * STEPS_PER_EPOCH
     schedule = draw_schedule(seed, n_faults, total, every, workers, kinds)
     t0 = time.time()
-    clean = reference(world, epochs, workers, every)
+    clean = reference(world, epochs, workers, every, timeout_s=timeout_s)
     t1 = time.time()
     name = name or f"{NAME}-s{seed}"
-    chaos, events, run_home = chaos_run(world, name, schedule, epochs, workers, every, delay)
+    chaos, events, run_home = chaos_run(world, name, schedule, epochs, workers, every, delay, timeout_s=timeout_s)
     rows = analyse(schedule, events, run_home / "markers")
     problems = exactly_once_problems(read_trace(run_home / "trace"), N_TRAIN, GLOBAL_BATCH, epochs)
     recoveries = [r["recovery_s"] for r in rows if "recovery_s" in r]
@@ -525,6 +546,7 @@ def campaign(world: World, seed: int, n_faults: int, epochs: int, workers: int, 
     a, b = (s.get("final_metrics", {}).get("train_loss") for s in (chaos, clean))
     injected = sum(r["fired"] for r in rows)
     finished = chaos.get("status") == "FINISHED"
+    senders_done = wait_for_senders(world, name, chaos.get("mlflow_run_id"))
     tracked = mlflow_checks(chaos, name) if "mlflow_run_id" in chaos else {"mlflow_error": "no summary"}
     for r in rows:
         r.pop("unix", None)
@@ -546,7 +568,8 @@ def campaign(world: World, seed: int, n_faults: int, epochs: int, workers: int, 
             "recomputed_steps_ledger": (chaos.get("goodput") or {}).get("recomputed_steps"),
             "restart_lost_s_ledger": (chaos.get("goodput") or {}).get("restart_lost_s"),
             "goodput_parts_sum_to_wall": wall_adds_up(chaos), "goodput": chaos.get("goodput"),
-            **tracked, "tracking_error": chaos.get("tracking_error"), "tracking_unsent": chaos.get("tracking_unsent"),
+            **tracked, "senders_done_s": senders_done,
+            "tracking_error": chaos.get("tracking_error"), "tracking_unsent": chaos.get("tracking_unsent"),
             "params_sha256": chaos.get("params_sha256"), "clean_params_sha256": clean.get("params_sha256"),
             "world_size_never_changed": same_world,
             "params_bitwise_equal": chaos.get("params_sha256") == clean.get("params_sha256") if same_world else None,
@@ -592,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=float, default=0.15, help="seconds each step is stretched by")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
     p.add_argument("--smoke", action="store_true", help="6 faults over 3 epochs")
+    p.add_argument("--timeout", type=float, default=900, help="seconds each run (reference, faulted) may take")
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (driver logs, traces, markers)")
     args = p.parse_args(argv)
     if args.smoke:
@@ -602,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="et-chaos-") as tmp:
         world = World.start(Path(args.keep or tmp), nodes=args.nodes)
         try:
-            report = campaign(world, args.seed, args.faults, args.epochs, args.workers, args.every, args.delay, kinds)
+            report = campaign(world, args.seed, args.faults, args.epochs, args.workers, args.every, args.delay, kinds,
+                              timeout_s=args.timeout)
         finally:
             world.stop()
     report["problems"] = passed(report)

@@ -3,6 +3,7 @@
     base.py            Tracker (what a process logs), TrackingBackend (the driver's runs), TrackingSpec, NullTracker
     mlflow_backend.py  MLflow: runs, params, status, artifacts, models, registry, sweep children
     mlflow_tracker.py  MLflow logging with batching, retries and a spool; sender.py runs it in a child process
+    fence.py           one sender per run at a time: a restarted run's waits for a dead worker's orphaned one
     checkpoints.py     a Ray Train callback copying checkpoints into the run
     jsonl.py           a JSON-lines backend on a local folder (no server, no MLflow)
     quiet.py           MLflow's INFO logging off the console (WARNING and above still print)

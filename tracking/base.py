@@ -39,8 +39,10 @@ class Tracker(Protocol):
 
     def skip_logged_steps(self, fallback: int) -> None:
         """From now on drop metrics logged ``unless_logged`` at steps the run already holds: a restarted run
-        recomputes steps its previous attempt logged. The run's last step is asked of MLflow (the highest
-        ``train_loss`` step); ``fallback`` (the highest step handed to tracking before) when it cannot say."""
+        recomputes steps its previous attempt logged. The run's last step is asked of the store (the highest
+        ``train_loss`` step): MLflow's sender asks once no orphaned sender of the run can deliver more (see
+        tracking/fence.py) and the server answers; ``fallback`` (the highest step handed to tracking before)
+        serves only a store that cannot say (the JSON-lines backend's unreadable file)."""
         ...
 
     def log_params(self, params: dict[str, Any]) -> None: ...

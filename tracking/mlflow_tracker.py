@@ -24,6 +24,7 @@ from tracking.quiet import quiet_mlflow_logging
 log = logging.getLogger(__name__)
 
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100  # MLflow's log_batch limits
+REQUEST_TIMEOUT_S = 10  # MLFLOW_HTTP_REQUEST_TIMEOUT unless set
 PARAM_MAX_CHARS = 6000
 BATCH_WINDOW_S = 1.0
 
@@ -40,19 +41,27 @@ def yield_cpu_to_training() -> None:
 def quiet_client_retries() -> None:
     """Make a failed request fail fast: our sender retries; MLflow's own backoff would block it for minutes."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S))
 
 
 class MlflowTracker:
     """Logs into one existing run (``spec.run_id``); never creates or ends runs (the driver does)."""
 
-    def __init__(self, spec: TrackingSpec, start_system_metrics: bool | None = None):
+    def __init__(self, spec: TrackingSpec, start_system_metrics: bool | None = None, fence: Any = None):
+        """``fence``: a :class:`~tracking.fence.SenderFence` the sender thread takes before it sends anything
+        (rank 0's sender child: no other sender of the run may deliver steps after the floor is read)."""
         for k, v in spec.env.items():
             os.environ.setdefault(k, v)
         quiet_client_retries()
         quiet_mlflow_logging()  # also on the Train controller (checkpoint callback) and in the sender child
         self.spec = spec
-        self._floor = -1  # metrics logged unless_logged at steps <= this are dropped (skip_logged_steps)
+        # metrics logged unless_logged at steps <= this are dropped (skip_logged_steps); None: not known yet, the
+        # sender thread asks the server (after the fence) before it sends any of them
+        self._floor: int | None = -1
+        self._fence = fence
+        # A failed log_batch may still have reached the store (a response lost as the server shut down, a
+        # client timeout): its metric-bearing size and first metric, checked before it is sent again
+        self._unsure: tuple[int, tuple] | None = None
         self.client: Any = None  # created by the sender thread: importing mlflow takes seconds
         self._system_wanted = start_system_metrics if start_system_metrics is not None else spec.system_metrics
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -62,6 +71,7 @@ class MlflowTracker:
         self.connected = threading.Event()  # mlflow imported and the client built
         self._lock = threading.Lock()
         self.sent = 0
+        self.skipped = 0  # recomputed steps the run held already (skip_logged_steps)
         self.failures = 0
         self._thread = threading.Thread(target=self._run, name="mlflow-sender", daemon=True)
         self._system: Any = None
@@ -73,21 +83,21 @@ class MlflowTracker:
             self._queue.put(("param", (str(k), _param_value(v))))
 
     def skip_logged_steps(self, fallback: int) -> None:
-        from tracking.runs import last_logged_step
-
-        try:
-            self._floor = last_logged_step(self.spec.uri, self.spec.run_id)
-        except Exception:  # noqa: BLE001 - the server is away: the caller's own record stands in
-            self._floor = fallback
+        """The floor is the server's answer, asked by the sender thread once it holds the fence and the server
+        answers. Not ``fallback`` (the worker's own record): it lags what reached the server (a step logged
+        twice) or leads it (a step queued in a dead process, never logged again)."""
+        self._floor = None
 
     def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None, *,
                     unless_logged: bool = False) -> None:
-        if unless_logged and step <= self._floor:
+        floor = self._floor
+        if unless_logged and floor is not None and step <= floor:
             return
+        kind = "metric_unless" if unless_logged else "metric"  # the sender thread drops those <= the floor
         ts = timestamp_ms or int(time.time() * 1000)
         for k, v in metrics.items():
             if isinstance(v, int | float) and not isinstance(v, bool) and v == v:  # numbers, not NaN
-                self._queue.put(("metric", (k, float(v), ts, int(step))))
+                self._queue.put((kind, (k, float(v), ts, int(step))))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         for k, v in tags.items():
@@ -116,6 +126,11 @@ class MlflowTracker:
             self._idle.wait(min(0.2, max(0.0, deadline - time.monotonic())))
         return False
 
+    def pending(self) -> int:
+        """Items not yet sent (queued or in flight)."""
+        with self._lock:
+            return len(self._pending) + self._queue.qsize()
+
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush within ``timeout_s``; spool the rest to JSONL. Returns ``{sent, unsent, spool_path}``."""
         if self._system is not None:
@@ -125,12 +140,14 @@ class MlflowTracker:
                 pass
         self.flush(timeout_s)
         self._closed.set()
-        self._thread.join(timeout=5)
+        # A request in flight must end (answered, or timed out) before this process may exit: one the server
+        # still processes after our exit (our fence released) would land after a restarted run read its floor.
+        self._thread.join(timeout=_request_timeout() + 5)
         leftover = list(self._pending)
         while not self._queue.empty():
             leftover.append(self._queue.get_nowait())
         spool = self._spool(leftover) if leftover else None
-        return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool}
+        return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool, "skipped": self.skipped}
 
     # ------------------------------------------------------------------------------ sender thread
     def _connect(self) -> None:
@@ -144,6 +161,8 @@ class MlflowTracker:
     def _run(self) -> None:
         backoff = 0.5
         yield_cpu_to_training()
+        if self._fence is not None:  # an orphaned sender of this run sends what it holds first (bounded)
+            self._fence.acquire(cancel=self._closed)
         self._connect()
         while not self._closed.is_set():
             with self._lock:
@@ -160,7 +179,7 @@ class MlflowTracker:
                     continue
                 with self._lock:
                     self._pending.append(item)
-                if item[0] == "metric":
+                if item[0] in ("metric", "metric_unless"):
                     # Let metrics accumulate into one request: per-step logging then costs one request a second,
                     # not one per step (each is milliseconds of CPU, stolen from training on small machines).
                     self._closed.wait(BATCH_WINDOW_S)
@@ -187,12 +206,21 @@ class MlflowTracker:
             return
         from mlflow.entities import Metric, Param, RunTag
 
-        metrics, params, tags, n = [], [], [], 0
+        if self._floor is None and any(kind == "metric_unless" for kind, _ in self._pending):
+            from tracking.runs import last_logged_step
+
+            self._floor = last_logged_step(self.spec.uri, self.spec.run_id)  # raises while the server is away
+        if self._unsure is not None and self._landed_already():
+            return
+        metrics, params, tags, n, skipped, first = [], [], [], 0, 0, None
         for kind, item in self._pending:
             if kind == "artifacts":
                 break
-            if kind == "metric" and len(metrics) < MAX_METRICS:
+            if kind == "metric_unless" and self._floor is not None and item[3] <= self._floor:
+                skipped += 1  # the run holds this step already (sent before a restart): dropped, not sent twice
+            elif kind in ("metric", "metric_unless") and len(metrics) < MAX_METRICS:
                 metrics.append(Metric(*item))
+                first = first or item
             elif kind == "param" and len(params) < MAX_PARAMS:
                 params.append(Param(*item))
             elif kind == "tag" and len(tags) < MAX_TAGS:
@@ -200,11 +228,29 @@ class MlflowTracker:
             else:
                 break
             n += 1
-        self.client.log_batch(self.spec.run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
+        if metrics or params or tags:
+            self._unsure = (n, first) if first else None
+            self.client.log_batch(self.spec.run_id, metrics=metrics, params=params, tags=tags, synchronous=True)
+            self._unsure = None
         with self._lock:
             for _ in range(n):
                 self._pending.popleft()
-        self.sent += n
+        self.sent += n - skipped
+        self.skipped += skipped
+
+    def _landed_already(self) -> bool:
+        """Whether the last failed batch reached the store after all (its first metric, same timestamp and value,
+        is there): then it is dropped as sent, not sent twice. Raises while the server is away."""
+        n, (key, value, ts, step) = self._unsure
+        landed = any(m.step == step and m.timestamp == ts and m.value == value
+                     for m in self.client.get_metric_history(self.spec.run_id, key))
+        self._unsure = None
+        if landed:
+            with self._lock:
+                for _ in range(n):
+                    self._pending.popleft()
+            self.sent += n
+        return landed
 
     # ------------------------------------------------------------------------------ helpers
     def _spool(self, items: list[tuple[str, Any]]) -> str:
@@ -212,6 +258,7 @@ class MlflowTracker:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             for kind, item in items:
+                kind = "metric" if kind == "metric_unless" else kind
                 f.write(json.dumps({"run_id": self.spec.run_id, "kind": kind, **_as_json(kind, item)}) + "\n")
         log.warning("MLflow: %d items could not be sent; written to %s", len(items), path)
         return str(path)
@@ -248,7 +295,7 @@ def replay_spool(path: str | Path, uri: str) -> int:
 
 
 def _as_json(kind: str, item: Any) -> dict[str, Any]:
-    if kind == "metric":
+    if kind in ("metric", "metric_unless"):
         return dict(zip(("key", "value", "timestamp", "step"), item, strict=True))
     if kind in ("param", "tag"):
         return {"key": item[0], "value": item[1]}
@@ -258,6 +305,13 @@ def _as_json(kind: str, item: Any) -> dict[str, Any]:
 def _param_value(v: Any) -> str:
     s = v if isinstance(v, str) else json.dumps(v, default=str)
     return s if len(s) <= PARAM_MAX_CHARS else s[: PARAM_MAX_CHARS - 3] + "..."
+
+
+def _request_timeout() -> float:
+    try:
+        return float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", REQUEST_TIMEOUT_S))
+    except ValueError:
+        return REQUEST_TIMEOUT_S
 
 
 def _short(e: BaseException) -> str:

@@ -11,8 +11,10 @@ restarted run recomputes (``skip_logged_steps``) once it has asked MLflow for th
 The child leaves the worker's process tree at start (fork, new session): Ray kills a worker's child processes
 when the worker exits, and a trial that ASHA stops, or a worker that loses its node's peer, exits at once —
 the tags, params and metrics still queued would die with it. If the training process dies, the child reads
-end-of-file and sends what it holds (spooling what it cannot send within 2 minutes); a restarted run logs only
-the steps after the last one MLflow holds when it asks, so each step appears once.
+end-of-file and sends what it holds (spooling what it cannot send within 2 minutes). Every sender of a run holds
+the run's lock file (tracking/fence.py) from before its first send until it exits, so a restarted run's sender
+waits for such an orphan to finish (bounded) before it asks MLflow for the run's last step and logs only the
+steps after it: each step appears once, also when the orphan held steps through an MLflow outage.
 """
 
 from __future__ import annotations
@@ -112,6 +114,9 @@ class ProcessTracker:
         return self._result or {"sent": 0, "unsent": -1, "spool_path": None, "error": "the sender did not answer"}
 
 
+ORPHAN_FLUSH_S = 120.0  # how long a sender nobody waits for keeps trying before it spools (tracking/fence.py)
+
+
 def _detach() -> None:
     """Leave the worker's process tree: fork, let the parent exit at once, start a new session."""
     if hasattr(os, "fork"):
@@ -136,15 +141,16 @@ def _main() -> int:
     os.nice(10)
     # Our stderr is the worker's, which Ray forwards to the driver's console: MLflow's INFO lines stay off it.
     quiet_mlflow_logging()
+    from tracking.fence import SenderFence, lock_path
     from tracking.mlflow_tracker import MlflowTracker
 
-    tracker = MlflowTracker(TrackingSpec(**json.loads(sys.argv[1])))
+    spec = TrackingSpec(**json.loads(sys.argv[1]))
+    tracker = MlflowTracker(spec, fence=SenderFence(lock_path(spec.spool_path, spec.run_id)))
     tracker.connected.wait(60)
     for line in sys.stdin:
         cmd, args = json.loads(line)
         if cmd == "close":
-            _answer(tracker.close(*args))
-            return 0
+            return _close(tracker, spec, *args)
         if cmd == "log_metrics":
             metrics, step, ts, unless_logged = args
             tracker.log_metrics(metrics, step, timestamp_ms=ts, unless_logged=unless_logged)
@@ -153,7 +159,26 @@ def _main() -> int:
     # End of input without "close": the training process died (a crash, or a trial stopped early). Send what
     # it logged (nobody waits for this process now; the rest is spooled after 2 minutes): a restart skips the
     # steps MLflow holds by the time it asks.
-    _answer(tracker.close(timeout_s=120))
+    _answer(tracker.close(timeout_s=ORPHAN_FLUSH_S))
+    return 0
+
+
+def _close(tracker: Any, spec: TrackingSpec, timeout_s: float) -> int:
+    """The training process closes: it waits ``timeout_s`` at most. What is still unsent then (MLflow away at
+    the end of a run) is not spooled at once: the answer says how much is pending, the training process stops
+    waiting (our stdout closes), and this detached process keeps sending as an orphan does, for up to
+    :data:`ORPHAN_FLUSH_S`, holding the run's fence (a restart waits for it; ``bench/chaos.py`` does too)."""
+    if tracker.flush(timeout_s):
+        _answer(tracker.close(0))
+        return 0
+    pending = tracker.pending()
+    _answer({"sent": tracker.sent, "unsent": pending, "spool_path": spec.spool_path, "skipped": tracker.skipped,
+             "still_sending": True})
+    try:
+        sys.stdout.close()
+    except OSError:
+        pass
+    tracker.close(timeout_s=ORPHAN_FLUSH_S)
     return 0
 
 

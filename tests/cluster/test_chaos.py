@@ -9,6 +9,7 @@ from it (bench/chaos.py ``draw_schedule``); between them the seeds cover every k
     22: mlflow outage at 7, death inside a checkpoint save at 9, driver SIGKILLed at 15 and resumed by name
     12: rank 1 raises at 2, a node drained for preemption at 6 (removed, re-added at 9), mlflow outage at 10
 
+Both seeds run in ``make test-long`` (seed 12 takes 151 s on a nearly idle box: over ``make test``'s share).
 The end checks are bench/chaos.py's (``passed``): the run finished, every fault fired, every epoch consumed
 every sample exactly once, the train loss within 1e-4 relative of the reference (params bitwise equal when the
 world size never changed), one MLflow run FINISHED with every step's metrics once and ``restarts`` right, and
@@ -21,7 +22,9 @@ import json
 
 import pytest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+# The campaign's own waits are bounded (bench/chaos.py: each run 900 s); under heavy load a seed has taken
+# 600 s, the suite's default per-test limit, so this module has its own
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 SEEDS = {22: {"mlflow", "save", "driver"}, 12: {"raise", "drain", "mlflow"}}
 EPOCHS, WORKERS, EVERY, DELAY = 2, 2, 5, 0.1
@@ -37,15 +40,12 @@ def world(tmp_path_factory):
 
 
 @pytest.mark.parametrize("seed", [
-    # raise, drain, mlflow. In `make test-long`: passed in two suite runs, failed in a third: the run FINISHED at
-    # world sizes [2, 1] before the campaign re-added the drained node (no `readded_step`): a schedule that can
-    # place a drain too close to the end; open
+    # raise, drain, mlflow: `make test-long` too. Passes with the tracking fixes, but 151 s for the module on
+    # the nearly idle box (load average ~3.5, mostly its own processes; 14 min at a load of 25-45): over the
+    # ~100 s `make test` allows a campaign seed
     pytest.param(12, marks=pytest.mark.long),
-    pytest.param(22, marks=[pytest.mark.long, pytest.mark.xfail(strict=False, reason=(
-        "open: a worker that dies while MLflow is away leaves its sender child (tracking/sender.py, detached so a "
-        "stopped trial's last metrics survive) holding steps it delivers once the server is back, after the "
-        "restarted run asked the server which steps it holds: those steps appear twice (seen: 10, and 6-10); "
-        "docs/faults.md"))]),  # mlflow, save, driver: `make test-long`
+    # mlflow, save, driver: `make test-long`; it found the orphaned sender (tests/e2e/test_orphan_sender.py)
+    pytest.param(22, marks=pytest.mark.long),
 ])
 def test_a_short_mixed_fault_campaign_survives_and_loses_nothing(world, seed):
     from bench.chaos import campaign, passed

@@ -37,3 +37,16 @@ def test_the_long_campaign_draws_every_kind():
 def test_a_restricted_schedule_keeps_to_its_kinds():
     s = draw_schedule(1, 4, 22, every=5, workers=2, kinds=("driver", "raise"))
     assert {f["kind"] for f in s} == {"driver", "raise"}
+
+
+@pytest.mark.parametrize("total", [22, 33, 88])
+def test_a_node_or_drain_window_leaves_room_to_re_add_the_node_before_the_end(total):
+    # Seen: a node removed at 83 of 88 (re-add due at 86) and a drain whose removal waited for its checkpoint:
+    # the run ended before the node came back (no `readded_step`). Every seed keeps 3 steps after the window.
+    n = 20 if total == 88 else 3
+    losses = [f for seed in range(200) for f in draw_schedule(seed, n, total, every=5, workers=2)
+              if f["kind"] in ("node", "drain")]
+    assert losses and all(f["until"] + 3 <= total - 2 for f in losses)
+    assert max(f["until"] for f in losses) == total - 5  # the rule binds, it does not just shrink the range
+    tight = draw_schedule(1, 2, 12, every=5, workers=2, kinds=("node", "exit"), readd_room=5)
+    assert [(f["kind"], f["step"], f["until"]) for f in tight if f["kind"] == "node"] == [("node", 2, 5)]  # only room
