@@ -103,8 +103,9 @@ def test_three_faults_of_three_kinds_end_bitwise_equal_and_exactly_once(runs, mo
     served_again = sum(1 for r in records if r["rank"] == 0) - crashed["steps"]  # rank 0 fetched these twice
     assert served_again >= 3  # each fault lost at least its own step
     # The ledger knows the last step to within its 0.25 s push period, so on these millisecond steps it may
-    # count fewer; back to whichever checkpoint Ray had committed (uploads in flight at a death are not).
-    assert 1 <= crashed["goodput"]["recomputed_steps"] <= served_again
+    # count fewer (none, when a restart resumes from the checkpoint complete on storage that the ledger's last
+    # push came from); never more than were served again.
+    assert 0 <= crashed["goodput"]["recomputed_steps"] <= served_again
     assert crashed["goodput"]["restart_lost_s"] > 0
     assert_wall_adds_up(crashed)
     assert crashed["params_sha256"] == two["params_sha256"]
