@@ -44,21 +44,20 @@ def read_trace(prefix: Path) -> list[dict]:
     return records
 
 
-@pytest.fixture
-def cluster(monkeypatch):
-    import ray
-    from ray.cluster_utils import Cluster
+def start_elastic_run(name: str, storage: str, trace: Path, summary_path: Path, *extra: str) -> tuple:
+    """``jobs.train`` in a thread on the cluster: digits, ``scaling.num_workers=[1,2]``, a checkpoint every 10
+    steps in ``storage``. Returns ``(thread, result)``; ``result["rc"]`` is the exit code once it ends."""
+    from jobs import train
 
-    if ray.is_initialized():
-        ray.shutdown()
-    monkeypatch.setenv("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "0.5")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=1)
-    ray.init(address=c.address, logging_level="ERROR")
-    c.wait_for_nodes()
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    argv = ["--config", "configs/digits.yaml",
+            *tiny("scaling.num_workers=[1,2]", "scaling.resize_check_interval_s=1", "failure.worker_start_timeout_s=15",
+                  "checkpoint.every_steps=10", f"checkpoint.storage_path={storage}", f"data.trace_path={trace}",
+                  f"name={name}", *extra),
+            "--summary-json", str(summary_path)]
+    result: dict = {}
+    driver = threading.Thread(target=lambda: result.setdefault("rc", train.main(argv)), daemon=True)
+    driver.start()
+    return driver, result
 
 
 def drain_for_preemption(address: str, node_id: str, deadline_s: int) -> None:
@@ -74,23 +73,14 @@ def drain_for_preemption(address: str, node_id: str, deadline_s: int) -> None:
 
 
 def test_preempt_shrink_grow_and_see_every_sample_once(cluster, home, monkeypatch):
-    from jobs import train
-
     trace = home / "trace"
     summary_path = home / "summary.json"
     storage = home / "store"
     # Stretch the run (0.1 s per step) while nodes come and go: Ray's autoscaling coordinator sees cluster
     # changes on a 20 s tick, so shrinking and growing each take up to ~30 s.
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "delay=0.1")
-    argv = ["--config", "configs/digits.yaml",
-            *tiny(f"train.epochs={EPOCHS}", "train.global_batch_size=32", "scaling.num_workers=[1,2]",
-                  "scaling.resize_check_interval_s=1", "failure.worker_start_timeout_s=15", "checkpoint.every_steps=10",
-                  f"checkpoint.storage_path={storage}",
-                  f"data.trace_path={trace}", "name=elastic"),
-            "--summary-json", str(summary_path)]
-    result: dict = {}
-    driver = threading.Thread(target=lambda: result.setdefault("rc", train.main(argv)), daemon=True)
-    driver.start()
+    driver, result = start_elastic_run("elastic", str(storage), trace, summary_path,
+                                       f"train.epochs={EPOCHS}", "train.global_batch_size=32")
 
     doomed = cluster.list_all_nodes()[1]
     # phase 1: two workers are training and a checkpoint exists

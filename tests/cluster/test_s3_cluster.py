@@ -5,12 +5,10 @@ every epoch still consumed every training sample exactly once. Nothing lands on 
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 
-from tests.cluster.test_elastic import wait_for
-from tests.conftest import tiny
+from tests.cluster.test_elastic import start_elastic_run, wait_for
 from tests.helpers.trace import exactly_once_problems, read_trace
 
 # ~1-2 minutes loaded: Ray's autoscaling coordinator sees the lost node on a 20 s tick before the run shrinks
@@ -19,25 +17,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.long]
 EPOCHS, G, N_TRAIN = 3, 32, 1438
 
 
-@pytest.fixture
-def cluster(monkeypatch):
-    import ray
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=1)
-    ray.init(address=c.address, logging_level="ERROR")
-    c.wait_for_nodes()
-    yield c
-    ray.shutdown()
-    c.shutdown()
-
-
 def test_a_node_removed_from_a_cluster_storing_in_s3(cluster, home, s3_server, s3_bucket, monkeypatch):
-    from jobs import train
-
     trace, summary_path = home / "trace", home / "summary.json"
     client = s3_server.client()
 
@@ -49,15 +29,8 @@ def test_a_node_removed_from_a_cluster_storing_in_s3(cluster, home, s3_server, s
         return [n for n in json.loads(body["Body"].read()).get("checkpoint_results", []) if n]
 
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "delay=0.1")  # stretch the run while the node goes
-    argv = ["--config", "configs/digits.yaml",
-            *tiny(f"train.epochs={EPOCHS}", f"train.global_batch_size={G}", "scaling.num_workers=[1,2]",
-                  "scaling.resize_check_interval_s=1", "failure.worker_start_timeout_s=15",
-                  "checkpoint.every_steps=10", f"checkpoint.storage_path=s3://{s3_bucket}/runs",
-                  f"data.trace_path={trace}", "name=s3-cluster"),
-            "--summary-json", str(summary_path)]
-    result: dict = {}
-    driver = threading.Thread(target=lambda: result.setdefault("rc", train.main(argv)), daemon=True)
-    driver.start()
+    driver, result = start_elastic_run("s3-cluster", f"s3://{s3_bucket}/runs", trace, summary_path,
+                                       f"train.epochs={EPOCHS}", f"train.global_batch_size={G}")
 
     doomed = cluster.list_all_nodes()[1]
     wait_for(lambda: any(r["world_size"] == 2 for r in read_trace(trace)), 120, "2-worker training")

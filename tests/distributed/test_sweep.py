@@ -256,18 +256,28 @@ def trial_states(sweep_dir: Path) -> dict[str, str]:
     return {t["trial_id"]: t["status"] for t in (json.loads(raw) for raw, _ in data["trial_data"])}
 
 
+def kill_sweep_when(ray_session, home: Path, name: str, overrides: list[str], ready, what: str):
+    """Run ``jobs.sweep`` as a subprocess (each step stretched by 0.3 s, Tune's state saved every second), SIGKILL
+    its whole process group once ``ready()`` returns a value (bounded: 300 s), and return that value."""
+    env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address,
+               ELASTIC_TRAIN_FAULT="delay=0.3",  # stretch each trial: time to kill one mid-run
+               TUNE_GLOBAL_CHECKPOINT_S="1")      # save Tune's experiment state every second
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *sweep_args(home, name, *overrides)], cwd=ROOT,
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return wait_for(ready, 300, what)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_a_killed_sweep_resumes_without_rerunning_finished_trials(ray_session, home):
     """SIGKILL the sweep's driver while trial 2 trains (trial 1 done), then ``--resume NAME``."""
     from elastic_train.launch.storage import SNAPSHOT_FILE, RunStorage
 
     name = "resumed"
-    env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address,
-               ELASTIC_TRAIN_FAULT="delay=0.3",  # stretch each trial: time to kill one mid-run
-               TUNE_GLOBAL_CHECKPOINT_S="1")      # save Tune's experiment state every second
     overrides = ["sweep.search=grid", "sweep.scheduler=none", "checkpoint.every_steps=4",
                  "sweep.space={train.lr: {type: grid, values: [0.01, 0.001]}}"]
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *sweep_args(home, name, *overrides)], cwd=ROOT,
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sweep_dir = home / name
 
     def one_done_one_midway():
@@ -277,11 +287,8 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials(ray_session, h
                    and (sweep_dir / f"trial-{t}" / SNAPSHOT_FILE).exists()]
         return (done, running) if done and running else None
 
-    try:
-        done, running = wait_for(one_done_one_midway, 300, "one trial finished and another one checkpointed")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    done, running = kill_sweep_when(ray_session, home, name, overrides, one_done_one_midway,
+                                    "one trial finished and another one checkpointed")
     results_before = {t: (sweep_dir / f"tune-{t}" / "result.json").read_text() for t in done}
     mid = RunStorage(str(sweep_dir), f"trial-{running[0]}")
     assert mid.checkpoints() and (
@@ -432,14 +439,10 @@ def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):
     from elastic_train.launch.storage import RunStorage
 
     name = "pbt-resumed"
-    env = dict(os.environ, RAY_ADDRESS=ray_session.get_runtime_context().gcs_address,
-               ELASTIC_TRAIN_FAULT="delay=0.3", TUNE_GLOBAL_CHECKPOINT_S="1")
     overrides = ["sweep.search=grid", "sweep.scheduler=pbt", "sweep.perturbation_interval=1", "sweep.synch=true",
                  "sweep.quantile_fraction=0.5", "sweep.resample_probability=0",
                  "scaling.num_workers=2", "scaling.resources_per_worker={CPU: 0.5}",
                  "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001]}}"]
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *sweep_args(home, name, *overrides)], cwd=ROOT,
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sweep_dir = home / name
 
     def both_checkpointed_none_done():
@@ -449,11 +452,8 @@ def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):
         runs = [RunStorage(str(sweep_dir), f"trial-{t}") for t in states]
         return states if all(r.checkpoints() for r in runs) else None
 
-    try:
-        wait_for(both_checkpointed_none_done, 300, "both PBT trials checkpointed, none finished")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_sweep_when(ray_session, home, name, overrides, both_checkpointed_none_done,
+                    "both PBT trials checkpointed, none finished")
     assert sweep_job.main(["--resume", name, f"checkpoint.storage_path={home}", "--summary-json",
                            str(home / f"{name}.json")]) == 0
     summary = json.loads((home / f"{name}.json").read_text())
