@@ -56,7 +56,8 @@ def engine_recovery(home: Path) -> dict:
     s = json.loads(summary.read_text())
     from bench.chaos import recovery_phases
 
-    split = recovery_phases(json.loads((home / "fired").read_text()), home / "phases") or {}
+    fired = json.loads((home / "fired").read_text())  # the fault's marker record: step, rank, mode, unix, pid
+    split = recovery_phases({**fired, "fired_step": fired["step"]}, home / "phases") or {}
     return {"recovery_s": s["goodput"]["restart_lost_s"], "recomputed_steps": s["goodput"]["recomputed_steps"],
             "restarts": s["restarts"], "fault_to_first_step_s": split.get("recovery_s"),
             "phases_s": split.get("phases_s")}

@@ -137,8 +137,11 @@ def _answer(msg: dict[str, Any]) -> None:
 def _main() -> int:
     _detach()
     # A busy machine gives the training process the CPU first; metrics can wait (a stopped trial's too: this
-    # process outlives it). Importing mlflow alone is seconds of CPU, a visible share of a short run.
-    os.nice(10)
+    # process outlives it). Importing mlflow alone is seconds of CPU, a visible share of a short run. The lowest
+    # priority: at nice 10 against a nice-0 worker this process still took ~10 % of a core's slices while it
+    # imported, and each slice stalls a step whose intra-op threads fill the cores. It catches up while the
+    # worker evaluates and checkpoints, and ``close`` waits for it.
+    os.nice(19 - os.nice(0))
     # Our stderr is the worker's, which Ray forwards to the driver's console: MLflow's INFO lines stay off it.
     quiet_mlflow_logging()
     from tracking.fence import SenderFence, lock_path
