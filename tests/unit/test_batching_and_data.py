@@ -117,3 +117,28 @@ def test_user_import_paths_are_validated():
         assert info.value.field == "data.name"
     bundle = build_data(load(None, ["data.name=tests.helpers.user_code:blobs", "train.global_batch_size=16"]))
     assert len(bundle.train) > 0 and bundle.spec.num_classes == 3
+
+
+def test_digits_read_without_scikit_learn_are_exactly_load_digits():
+    """The built-in digits come from the CSV scikit-learn ships, read without importing sklearn.datasets."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from elastic_train.data.registry import digits_arrays
+
+    images, target = digits_arrays()
+    d = load_digits()
+    assert images.dtype == d.images.dtype and target.dtype == d.target.dtype
+    assert np.array_equal(images, d.images) and np.array_equal(target, d.target)
+
+
+@pytest.mark.subprocess
+def test_building_digits_imports_no_scikit_learn():
+    import subprocess
+    import sys
+
+    code = ("import sys; from elastic_train.config import load; from elastic_train.data import build_data; "
+            "b = build_data(load(None, [])); print(len(b.train) + len(b.val), 'sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1797", "False"], out.stdout
