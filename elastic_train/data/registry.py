@@ -31,8 +31,9 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     import os
 
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
-    path = os.path.join(os.path.dirname(spec.origin), "datasets", "data", "digits.csv.gz") if spec else ""
-    if spec and spec.origin and os.path.isfile(path):
+    path = os.path.join(os.path.dirname(spec.origin), "datasets", "data", "digits.csv.gz") if spec and spec.origin \
+        else ""
+    if path and os.path.isfile(path):
         table = np.loadtxt(path, delimiter=",")
         return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
     from sklearn.datasets import load_digits

@@ -269,6 +269,7 @@ def _quiet_ray_train_logs() -> None:
 def evaluate_loop_per_worker(args: dict[str, Any]) -> None:
     """Score the model in ``args["weights_ref"]`` on every worker's validation shard; rank 0 hands the
     all-reduced metrics to the driver through the ledger's ``put_final``."""
+    normal_priority()  # evaluation fills the cores as training does
     cfg = JobConfig.model_validate(args["config"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
