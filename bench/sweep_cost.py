@@ -184,6 +184,9 @@ def trial_phases(folder: Path, trial_ids: list[str]) -> dict:
             per.setdefault("process", []).append(r["launched"] - r["process_start"])
         for name, secs in r["phases"]:
             per.setdefault(name, []).append(secs)
+        for part in ("startup", "teardown"):  # the trial's own summary: where fit's start and end went
+            for name, secs in (r.get(part) or {}).items():
+                per.setdefault(f"{part}: {name}", []).append(secs)
     return {k: round(statistics.median(v), 2) for k, v in per.items()}
 
 

@@ -24,6 +24,7 @@ from jobs._cli import (
     EXIT_OK,
     ArgumentParser,
     common_parser,
+    exit_now,
     guarded,
     print_config,
     write_json,
@@ -38,21 +39,34 @@ def build_parser(prog: str = "python -m jobs.sweep") -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m jobs.sweep") -> int:
+    from elastic_train.launch import timeline
+
+    # as jobs.train: the wall counts from the process start when the sweep is the program, else from this call
+    program = argv is None or timeline.is_program()
+    launched = timeline.begin(from_process_start=program).launched
     args = build_parser(prog).parse_args(argv)
-    return guarded(lambda: _sweep(args))
+    code = guarded(lambda: _sweep(args, launched))
+    if program:  # all written: leave Ray (what its atexit hook would do), then skip the interpreter's slow
+        import ray  # teardown (docs/startup.md)
+
+        if ray.is_initialized():
+            ray.shutdown()
+        exit_now(code)
+    return code
 
 
-def _sweep(args) -> int:
+def _sweep(args, launched: float | None = None) -> int:
     from dataclasses import replace
 
-    from elastic_train.launch import context
+    from elastic_train.launch import context, timeline
     from elastic_train.sweep import plan as sweep_plan
     from elastic_train.sweep import results, tuner
 
-    plan = sweep_plan.plan_sweep(args.config, args.overrides, args.resume)
+    timeline.mark("imports (torch, Ray)")
+    plan = sweep_plan.plan_sweep(args.config, args.overrides, args.resume, launched=launched)
     if args.print_config:
         return print_config(plan.cfg)
-    plan = replace(plan, ctx=context.connect(plan.ctx, args.address))
+    plan = replace(plan, ctx=context.connect_warming_store(plan.ctx, args.address))
     limit = sweep_plan.check_concurrency(plan.cfg, plan.ctx.cluster)
     print(plan.header())
     print(f"  trials at once: {limit if limit else 'no limit (autoscaling)'}")
@@ -63,10 +77,14 @@ def _sweep(args) -> int:
         results.end_parent(plan, "KILLED")
         print(f"interrupted: continue with  python -m jobs.sweep --resume {plan.name}", file=sys.stderr)
         raise
+    timeline.mark("trials")
     rows = results.collect_trials(plan, grid)
     results.close_children(plan, rows)
+    timeline.mark("trial results + runs")
     summary = results.summarize(plan, rows, reclaimed, limit)
     results.finish_parent(plan, summary, rows)
+    timeline.mark("parent run + best model")
+    results.account(plan, summary)
     print(results.render_table(summary))
     write_json(args.summary_json, summary)
     if summary["status"] == "KILLED":

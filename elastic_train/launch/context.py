@@ -194,10 +194,8 @@ def track(ctx: RunContext, kind: str = "train", parent_run_id: str | None = None
     backend = tracking_backend(ctx)
     try:
         backend.check()
-        spec, resumed = backend.start_run(
-            t.experiment, ctx.run_name, kind=kind, spool_path=_spool_path(ctx), parent_run_id=parent_run_id,
-            system_metrics=t.system_metrics, log_every_steps=t.log_every_steps, storage=ctx.storage.uri(),
-        )
+        dataset = vars(source_of(ctx.bundle, ctx.cfg.data.name)) if ctx.bundle is not None else None
+        spec = open_run(ctx, backend, kind=kind, parent_run_id=parent_run_id, dataset=dataset)
     except TrackingUnavailable as e:
         if t.required:
             raise ConfigError(
@@ -205,7 +203,21 @@ def track(ctx: RunContext, kind: str = "train", parent_run_id: str | None = None
             ) from None
         log.warning("tracking disabled for this run: %s", e)
         return ctx
-    params = {**config_mod.flatten(ctx.cfg), **backend.environment_params()}
+    timeline.mark("mlflow run")
+    return replace(ctx, tracking=spec)
+
+
+def open_run(ctx: RunContext, backend: TrackingBackend, *, kind: str, parent_run_id: str | None = None,
+             dataset: dict[str, Any] | None = None, env_params: dict[str, str] | None = None) -> TrackingSpec:
+    """Create (or find by name and storage) ``ctx``'s run in ``backend`` and log its params (config, versions,
+    cluster, batch plan), tags and dataset input. Raises TrackingUnavailable. ``env_params``: the versions, when
+    the caller has them already (a sweep's driver opens every trial's run)."""
+    t = ctx.cfg.tracking
+    spec, resumed = backend.start_run(
+        t.experiment, ctx.run_name, kind=kind, spool_path=_spool_path(ctx), parent_run_id=parent_run_id,
+        system_metrics=t.system_metrics, log_every_steps=t.log_every_steps, storage=ctx.storage.uri(),
+    )
+    params = {**config_mod.flatten(ctx.cfg), **(env_params if env_params is not None else backend.environment_params())}
     if ctx.cluster is not None:
         c = ctx.cluster
         params.update({"cluster.cpus": c.total_cpus, "cluster.gpus": c.total_gpus, "cluster.nodes": len(c.nodes)})
@@ -217,13 +229,12 @@ def track(ctx: RunContext, kind: str = "train", parent_run_id: str | None = None
     writer.log_params(params)
     writer.set_tags({"storage": ctx.storage.uri(), "resumed": resumed})
     writer.close(timeout_s=30)
-    if ctx.bundle is not None:  # the run page's Datasets panel: source URI, schema, digest, row count
+    if dataset is not None:  # the run page's Datasets panel: source URI, schema, digest, row count
         try:
-            backend.log_dataset(spec, vars(source_of(ctx.bundle, ctx.cfg.data.name)))
+            backend.log_dataset(spec, dataset)
         except Exception as e:  # noqa: BLE001 - a missing dataset entry must not stop a run
             log.warning("could not record the dataset input: %s", e)
-    timeline.mark("mlflow run")
-    return replace(ctx, tracking=spec)
+    return spec
 
 
 def _spool_path(ctx: RunContext) -> Path:
@@ -240,13 +251,19 @@ def prepare(config_path: str | None, overrides: list[str], resume: str | None = 
     and Ray starts; :func:`track` then only creates the run. A failure there is left for :func:`track` to report.
     """
     ctx = plan(config_path, overrides, resume, launched=launched)
-    # Ray and torch are imported by now (this module imports preflight): the thread imports only MLflow's own
-    # modules, so the two threads do not race on one module graph's import locks.
+    return track(connect_warming_store(ctx, address))
+
+
+def connect_warming_store(ctx: RunContext, address: str | None = None) -> RunContext:
+    """:func:`connect`, with the tracking store opened in a thread meanwhile (jobs.train and jobs.sweep).
+
+    Ray and torch are imported by now (this module imports preflight): the thread imports only MLflow's own
+    modules, so the two threads do not race on one module graph's import locks."""
     warm = _open_store_in_background(ctx)
     ctx = connect(ctx, address)
     if warm is not None:
         warm.join(timeout=STORE_WARMUP_WAIT_S)
-    return track(ctx)
+    return ctx
 
 
 STORE_WARMUP_WAIT_S = 60.0  # then track() opens the store itself, with its own bounded checks

@@ -135,11 +135,6 @@ def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model
     if spec is None:
         return
     backend = backend_for(spec, ctx.home)
-    writer = backend.writer(spec)
-    final = {f"final_{k}": v for k, v in summary["final_metrics"].items() if isinstance(v, int | float)}
-    step = summary.get("steps") or 0
-    writer.log_metrics({**final, "restarts": summary["restarts"]}, step=step)
-    writer.set_tags({"world_sizes": summary["world_sizes"], "status_detail": summary.get("error", "ok")})
     if log_model and outcome.status == "FINISHED" and summary.get("checkpoint") and not outcome.already_complete:
         try:
             summary.update(log_checkpoint_model(ctx, spec, summary["checkpoint"]))
@@ -153,18 +148,28 @@ def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model
             except Exception as e:  # noqa: BLE001 - as for the model: reported, not fatal
                 summary["samples_error"] = f"{type(e).__name__}: {e}"
     account(ctx, outcome, summary)  # the model upload is teardown: count it (the flush below is not in MLflow's copy)
+    close_run(backend, spec, summary, outcome.status)
+    timeline.mark("final model + tracking")
+    account(ctx, outcome, summary)
+
+
+def close_run(backend: Any, spec: TrackingSpec, summary: dict[str, Any], status: str) -> None:
+    """The summary's final metrics, world sizes, goodput and restarts into the run, then its terminal status
+    (the driver of ``jobs.train``; a sweep's driver for each trial, from the summary the trial wrote)."""
+    writer = backend.writer(spec)
+    final = {f"final_{k}": v for k, v in summary["final_metrics"].items() if isinstance(v, int | float)}
+    step = summary.get("steps") or 0
     goodput = {f"goodput_{k}": v for k, v in (summary.get("goodput") or {}).items() if isinstance(v, int | float)}
-    writer.log_metrics(goodput, step=step)
+    writer.log_metrics({**final, "restarts": summary["restarts"], **goodput}, step=step)
+    writer.set_tags({"world_sizes": summary["world_sizes"], "status_detail": summary.get("error", "ok")})
     leftover = writer.close(timeout_s=60)
     if leftover["unsent"]:
         summary["tracking_unsent"] = summary.get("tracking_unsent", 0) + leftover["unsent"]
         summary["tracking_spool"] = leftover["spool_path"]
     try:
-        backend.end_run(spec, outcome.status)
+        backend.end_run(spec, status)
     except Exception as e:  # noqa: BLE001
         summary["tracking_error"] = f"could not set the run status: {e}"
-    timeline.mark("final model + tracking")
-    account(ctx, outcome, summary)
 
 
 def log_checkpoint_model(ctx: RunContext, spec: TrackingSpec, checkpoint_uri: str) -> dict[str, Any]:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import logging
 import math
+import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from elastic_train import config as config_mod
@@ -60,9 +63,11 @@ class SweepPlan:
         return "\n".join(lines)
 
 
-def plan_sweep(config_path: str | None, overrides: list[str], resume: str | None = None) -> SweepPlan:
-    """Resolve and check the sweep without Ray. ``--resume NAME`` (or a reused ``name``) continues that sweep."""
-    ctx = context.plan(config_path, overrides, resume)
+def plan_sweep(config_path: str | None, overrides: list[str], resume: str | None = None,
+               launched: float | None = None) -> SweepPlan:
+    """Resolve and check the sweep without Ray. ``--resume NAME`` (or a reused ``name``) continues that sweep.
+    ``launched``: when the sweep started (its wall counts from there); default now."""
+    ctx = context.plan(config_path, overrides, resume, launched=launched)
     validate_sweep(ctx.cfg)
     ctx = replace(ctx, resuming=False)  # the sweep folder holds no checkpoints of its own; its trials do
     sweep_dir = RunStorage(ctx.storage_path, ctx.run_name).uri()
@@ -211,3 +216,45 @@ def _largest_need(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
                 for k, v in trial_need(config_mod.with_overrides(cfg, {key: value}), use_gpu).items():
                     need[k] = max(need.get(k, 0.0), v)
     return need
+
+
+# ---------------------------------------------------------------------------------------- a trial
+
+
+def donor_checkpoint(checkpoint: Any | None, run_name: str) -> tuple[str, dict[str, Any]] | None:
+    """``(path, meta)`` when Tune restarts this trial from another trial's checkpoint (a PBT exploit); None when
+    it has none or it is the trial's own (a restored sweep: Ray Train resumes the trial's own run)."""
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as d:
+        meta_file = Path(d) / "meta.json"
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    if not meta or meta.get("run_name") == run_name:
+        return None
+    return checkpoint.path, meta
+
+
+def trial_context(sweep: RunContext, sweep_dir: str, overrides: dict[str, Any], run_name: str) -> RunContext:
+    """The sweep's context for one trial: its config, name and storage; the data rebuilt only when the trial
+    changed a data key or the seed. A data trace (``data.trace_path``) goes to a file per trial."""
+    trace = sweep.cfg.data.trace_path if "data.trace_path" not in overrides else overrides["data.trace_path"]
+    if trace:
+        overrides = {**overrides, "data.trace_path": f"{trace}.{run_name}"}
+    cfg = config_mod.with_overrides(sweep.cfg, {**overrides, "name": run_name})
+    bundle, cluster = sweep.bundle, sweep.cluster
+    if rebuilds_data(sweep, overrides):
+        from elastic_train.data import describe
+        from elastic_train.launch.preflight import check_static
+
+        bundle, _ = check_static(cfg)
+        cluster = replace(cluster, data=describe(bundle)) if cluster is not None else None
+    resuming = RunStorage(sweep_dir, run_name).has_checkpoints()
+    return replace(sweep, cfg=cfg, run_name=run_name, storage_path=sweep_dir, resuming=resuming, config_path=None,
+                   started=time.time(), tracking=None, bundle=bundle, cluster=cluster)
+
+
+def rebuilds_data(sweep: RunContext, overrides: dict[str, Any]) -> bool:
+    """The trial changes a data key or the seed: it builds its own data (:func:`trial_context`)."""
+    cfg = config_mod.with_overrides(sweep.cfg, {k: v for k, v in overrides.items() if k != "data.trace_path"})
+    return cfg.data.model_copy(update={"trace_path": None}) != sweep.cfg.data.model_copy(update={"trace_path": None}) \
+        or cfg.seed != sweep.cfg.seed

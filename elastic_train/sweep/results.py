@@ -335,6 +335,17 @@ def summarize(plan: SweepPlan, rows: list[TrialRow], reclaimed: list[str], limit
     }
 
 
+def account(plan: SweepPlan, summary: dict[str, Any]) -> None:
+    """``wall_s`` as of now and ``phases``: where the sweep driver's wall went (they add up to it)."""
+    from elastic_train.launch import timeline
+
+    summary["wall_s"] = time.time() - plan.ctx.started
+    tl = timeline.current()
+    if tl is not None and tl.launched == plan.ctx.started:
+        summary["phases"] = {name: round(secs, 2) for name, secs in tl.phases()}
+        summary["phases"]["table"] = round(time.time() - tl.last, 2)
+
+
 def render_table(summary: dict[str, Any]) -> str:
     """The ranked trials, best first, as the console's last word."""
     trials = summary["trials"]
@@ -355,6 +366,9 @@ def render_table(summary: dict[str, Any]) -> str:
     tail = [f"sweep {summary['sweep']}: {len(trials)} trials, "
             f"{summary['total_epochs']} epochs in {summary['wall_s']:.0f} s;"
             f" parent run {summary['mlflow_parent_run_id'] or 'off'}"]
+    shown = [(k, v) for k, v in (summary.get("phases") or {}).items() if v >= 0.05]
+    if shown:
+        tail.append("  phases: " + ", ".join(f"{k} {v:.1f}" for k, v in shown) + " s")
     return "\n".join([rule, *lines, rule, *foot, *tail])
 
 

@@ -31,7 +31,15 @@ from elastic_train.launch.context import RunContext
 from elastic_train.launch.fit import fit, share_data
 from elastic_train.launch.storage import RunStorage
 from elastic_train.launch.summary import finish, summarize
-from elastic_train.sweep.plan import TRIAL_PREFIX, TUNE_PREFIX, SweepPlan, trial_run_name
+from elastic_train.sweep.plan import (
+    TRIAL_PREFIX,
+    TUNE_PREFIX,
+    SweepPlan,
+    donor_checkpoint,
+    trial_context,
+    trial_run_name,
+)
+from elastic_train.sweep.runs import read_handoff, write_summary
 from tracking import backend_for
 
 __all__ = ["TRIAL_PREFIX", "TUNE_PREFIX", "run_trial", "run_tuner", "trial_run_name"]
@@ -124,6 +132,13 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     trial = TrialContext(base, plan.sweep_dir, data_ref)
     callbacks = [OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt"),
                  TrialProgress(plan.sweep_dir, plan.cfg)]
+    if plan.ctx.tracking is not None:  # each trial's run opened and closed here, not in the trial (runs.py)
+        from elastic_train.data.spec import source_of
+        from elastic_train.sweep.runs import TrialRuns
+
+        bundle = plan.ctx.bundle
+        dataset = vars(source_of(bundle, plan.cfg.data.name)) if bundle is not None else None
+        callbacks.append(TrialRuns(base, plan.sweep_dir, dataset, data_ref.hex() if data_ref is not None else "own"))
     if plan.cfg.scaling.elastic:  # each live trial's floor; a trial that ends frees its workers at once
         callbacks.append(TrialFloors(partial(trial_floor, plan.cfg, plan.ctx.use_gpu)))
     trainable = tune.with_resources(tune.with_parameters(run_trial, trial=trial), {"CPU": plan.cfg.sweep.trial_cpus})
@@ -157,6 +172,9 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
             warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
             grid = tuner.fit()
     finally:
+        from elastic_train.sweep.runs import drain_all
+
+        drain_all()  # the trial runs still being closed (bounded)
         settle()
     return grid, OrphanedPlacementGroupReaper.removed[before:]
 
@@ -205,19 +223,15 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     if donor is not None:  # PBT cloned a stronger trial into this one: its own past is replaced
         RunStorage(trial.sweep_dir, trial_run_name(trial_id)).clear()
     phases = _trial_timeline()
-    ctx = trial_context(trial.sweep, trial.sweep_dir, overrides, trial_run_name(trial_id))
+    run_name = trial_run_name(trial_id)
+    ctx = trial_context(trial.sweep, trial.sweep_dir, overrides, run_name)
     timeline.mark("trial context")
-    ctx = context.track(ctx, kind="trial", parent_run_id=parent.run_id if parent else None)
+    handoff = read_handoff(trial.sweep_dir, run_name) if parent is not None and ctx.cfg.tracking.enabled else None
+    if handoff is not None:  # the sweep's driver opened this trial's run (runs.py) and closes it
+        ctx = replace(ctx, tracking=handoff.spec(parent))
+    else:
+        ctx = _track_here(ctx, trial_id, overrides, parent, donor, trial.data_ref)
     data_ref = trial.data_ref if ctx.bundle is None else None  # None: the trial built its own data
-    if ctx.tracking is not None:
-        writer = backend_for(ctx.tracking, ctx.home).writer(ctx.tracking)
-        writer.set_tags({"trial_id": trial_id, **{f"sweep.{k}": v for k, v in overrides.items()},
-                         "data_object": data_ref.hex() if data_ref is not None else "own"})
-        # The hyperparameter schedule as metrics: each life of the trial logs its values at its first step.
-        writer.log_metrics({f"hp.{k}": float(v) for k, v in overrides.items() if isinstance(v, int | float)},
-                           step=donor[1]["progress"]["global_step"] if donor else 0)
-        writer.close(timeout_s=30)
-        timeline.mark("trial tags")
     start_from = donor[0] if donor else None
     policy = None
     if ctx.cfg.scaling.elastic:  # starts at its floor, grows into what stopped trials free (elastic.py)
@@ -237,11 +251,32 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})
     summary = summarize(ctx, outcome)
-    finish(ctx, outcome, summary, log_model=False)  # the parent holds the sweep's model
+    if handoff is not None:
+        write_summary(trial.sweep_dir, run_name, summary)  # the driver closes the run from it
+        timeline.mark("summary")
+    else:
+        finish(ctx, outcome, summary, log_model=False)  # the parent holds the sweep's model
     if phases is not None:
-        _save_trial_timeline(phases, trial_id)
+        _save_trial_timeline(phases, trial_id, summary)
     if outcome.status != "FINISHED":
         raise TrialFailed(f"{ctx.run_name} {outcome.status}: {summary.get('error', '')}")
+
+
+def _track_here(ctx: RunContext, trial_id: str, overrides: dict[str, Any], parent: Any, donor: Any,
+                data_ref: Any | None) -> RunContext:
+    """The trial opens its own run (the driver did not: runs.TrialRuns), tags and hyperparameters included."""
+    ctx = context.track(ctx, kind="trial", parent_run_id=parent.run_id if parent else None)
+    if ctx.tracking is not None:
+        data_ref = data_ref if ctx.bundle is None else None
+        writer = backend_for(ctx.tracking, ctx.home).writer(ctx.tracking)
+        writer.set_tags({"trial_id": trial_id, **{f"sweep.{k}": v for k, v in overrides.items()},
+                         "data_object": data_ref.hex() if data_ref is not None else "own"})
+        # The hyperparameter schedule as metrics: each life of the trial logs its values at its first step.
+        writer.log_metrics({f"hp.{k}": float(v) for k, v in overrides.items() if isinstance(v, int | float)},
+                           step=donor[1]["progress"]["global_step"] if donor else 0)
+        writer.close(timeout_s=30)
+        timeline.mark("trial tags")
+    return ctx
 
 
 TRIAL_TIMELINE_ENV = "ELASTIC_TRAIN_TRIAL_TIMELINE"  # a folder: each trial writes where its driver's time went
@@ -258,43 +293,11 @@ def _trial_timeline() -> Any | None:
     return tl
 
 
-def _save_trial_timeline(tl: Any, trial_id: str) -> None:
+def _save_trial_timeline(tl: Any, trial_id: str, summary: dict[str, Any]) -> None:
     import os
 
     out = Path(os.environ[TRIAL_TIMELINE_ENV]) / f"{trial_id}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"process_start": tl.process_start, "launched": tl.launched,
-                               "phases": tl.phases(), "ended": time.time()}))
-
-
-def donor_checkpoint(checkpoint: Any | None, run_name: str) -> tuple[str, dict[str, Any]] | None:
-    """``(path, meta)`` when Tune restarts this trial from another trial's checkpoint (a PBT exploit); None when
-    it has none or it is the trial's own (a restored sweep: Ray Train resumes the trial's own run)."""
-    if checkpoint is None:
-        return None
-    with checkpoint.as_directory() as d:
-        meta_file = Path(d) / "meta.json"
-        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
-    if not meta or meta.get("run_name") == run_name:
-        return None
-    return checkpoint.path, meta
-
-
-def trial_context(sweep: RunContext, sweep_dir: str, overrides: dict[str, Any], run_name: str) -> RunContext:
-    """The sweep's context for one trial: its config, name and storage; the data rebuilt only when the trial
-    changed a data key or the seed. A data trace (``data.trace_path``) goes to a file per trial."""
-    trace = sweep.cfg.data.trace_path if "data.trace_path" not in overrides else overrides["data.trace_path"]
-    if trace:
-        overrides = {**overrides, "data.trace_path": f"{trace}.{run_name}"}
-    cfg = config_mod.with_overrides(sweep.cfg, {**overrides, "name": run_name})
-    bundle, cluster = sweep.bundle, sweep.cluster
-    if cfg.data.model_copy(update={"trace_path": None}) != sweep.cfg.data.model_copy(update={"trace_path": None}) \
-            or cfg.seed != sweep.cfg.seed:
-        from elastic_train.data import describe
-        from elastic_train.launch.preflight import check_static
-
-        bundle, _ = check_static(cfg)
-        cluster = replace(cluster, data=describe(bundle)) if cluster is not None else None
-    resuming = RunStorage(sweep_dir, run_name).has_checkpoints()
-    return replace(sweep, cfg=cfg, run_name=run_name, storage_path=sweep_dir, resuming=resuming, config_path=None,
-                   started=time.time(), tracking=None, bundle=bundle, cluster=cluster)
+                               "phases": tl.phases(), "ended": time.time(),
+                               "startup": summary.get("startup"), "teardown": summary.get("teardown")}))

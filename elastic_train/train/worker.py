@@ -82,8 +82,10 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
     session.begin_attempt(Path(checkpoint.path).name if checkpoint and not adopt else None)
     try:
         session.run()
+        host.fault.note("trained")
     finally:
         session.close()
+        host.fault.note("closed")
 
 
 def normal_priority() -> None:
