@@ -125,6 +125,12 @@ def test_mlflow_holds_one_parent_and_a_child_per_trial(asha):
     )
     assert {k.data.tags["elastic_train.kind"] for k in kids} == {"trial"}
     assert {k.info.status for k in kids} == {"FINISHED"}
+    # the sweep's driver opened every child run (sweep/runs.py): each trial was handed its run id in a file
+    handoffs = {p.name.removesuffix(".json"): json.loads(p.read_text())["run_id"]
+                for p in (Path(summary["storage_path"]) / "trial_runs").glob("trial-*.json")
+                if not p.name.endswith(".summary.json")}
+    assert handoffs == {k.data.tags["elastic_train.run_name"]: k.info.run_id for k in kids}
+    assert all(k.inputs.dataset_inputs for k in kids)  # and recorded the sweep's dataset in each
     stopped = {t["run_name"] for t in summary["trials"] if t["status"] == "STOPPED"}
     assert {k.data.tags["elastic_train.run_name"] for k in kids if k.data.tags["stopped_early"] == "true"} == stopped
     names = {a.path for a in mlflow_client(summary).list_artifacts(parent.info.run_id)}
