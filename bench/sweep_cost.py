@@ -3,6 +3,7 @@ doing the same trials (the anchor), on digits. Prints JSON.
 
     .venv/bin/python bench/sweep_cost.py                 # 12 configs x 9 epochs, 3 sweeps + the anchor (~16 min)
     .venv/bin/python bench/sweep_cost.py --smoke         # the anchor only: 2 trials x 1 epoch per side (< 3 min)
+    .venv/bin/python bench/sweep_cost.py --per-trial     # the anchor only: 6 trials x 2 epochs, 2 rounds (~10 min)
     .venv/bin/python bench/sweep_cost.py --address auto  # on a running cluster (more trials at once)
     .venv/bin/python bench/sweep_cost.py --elastic --cpus 5 --epochs 3 --lrs 1e-3,1e-2 --batches 64,128
 
@@ -226,6 +227,8 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=1, help="workers per trial in the anchor comparison")
     p.add_argument("--rounds", type=int, default=2, help="alternations of jobs.sweep and the anchor")
     p.add_argument("--smoke", action="store_true", help="the anchor comparison only: 2 trials x 1 epoch, 1 round")
+    p.add_argument("--per-trial", action="store_true",
+                   help="the anchor comparison only, at its full size (6 trials x 2 epochs, --rounds rounds)")
     p.add_argument("--elastic", action="store_true", help="fixed-size against elastic trials only (docstring)")
     p.add_argument("--max-workers", type=int, default=2, help="--elastic: workers per trial (the elastic max)")
     args = p.parse_args()
@@ -250,9 +253,8 @@ def main() -> int:
                 return 0
             anchor = per_trial(home, argparse.Namespace(**{**vars(args), "lrs": args.lrs[:3], "batches":
                                                           args.batches[:2], "epochs": min(args.epochs, 2)}))
-            if args.smoke:
-                print(json.dumps({"measured": "smoke (under whatever load the machine has)", "per_trial": anchor},
-                                 indent=2))
+            if args.smoke or args.per_trial:
+                print(json.dumps({"measured": "smoke" if args.smoke else "per trial", "per_trial": anchor}, indent=2))
                 return 0
             grid = run(home, "grid", args, "sweep.scheduler=none")
             asha_flags = (

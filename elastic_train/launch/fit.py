@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +29,13 @@ class Outcome:
 
 
 def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None,
-        start_from: str | None = None, scaling_policy: Any | None = None) -> Outcome:
+        start_from: str | None = None, scaling_policy: Any | None = None, ledger: Any | None = None) -> Outcome:
     """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``data_ref``: the
     dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put.
     ``start_from``: another run's checkpoint the workers continue while this run has none of its own (PBT).
-    ``scaling_policy``: ScalingConfig -> Ray Train scaling policy, instead of Ray's own (an elastic sweep trial)."""
+    ``scaling_policy``: ScalingConfig -> Ray Train scaling policy, instead of Ray's own (an elastic sweep trial).
+    ``ledger``: a shared RunLedger (a sweep's) that holds this fit's book under a key of its own; default: one
+    created for this fit."""
     import ray
 
     from elastic_train.launch.ledger import create_ledger
@@ -51,8 +54,9 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     )
     if latest:  # a killed driver's Train run keeps the workers' resources reserved for 180 s otherwise
         release_stale_reservation(latest[1].get("ray_train_run_id"))
-    ledger = create_ledger()
-    trainer = build_trainer(ctx, ledger=ledger, log_floor=log_floor, callbacks=cbs,
+    own_ledger, key = ledger is None, uuid.uuid4().hex  # a fresh key: no earlier life's book is this fit's
+    ledger = create_ledger() if own_ledger else ledger
+    trainer = build_trainer(ctx, ledger=ledger, ledger_key=key, log_floor=log_floor, callbacks=cbs,
                             data_ref=data_ref if data_ref is not None else share_data(ctx.bundle),
                             start_from=start_from, scaling_policy=scaling_policy)
     timeline.mark("trainer start")
@@ -61,10 +65,13 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     timeline.mark("fit")
     book = None
     try:
-        book = ray.get(ledger.get.remote(), timeout=10)
+        book = ray.get(ledger.get.remote(key), timeout=10)
     except Exception:  # noqa: BLE001 - the ledger is accounting only
         pass
-    ray.kill(ledger)  # done: nothing else may hold it (the controller's copy of the handle is a borrow)
+    if own_ledger:
+        ray.kill(ledger)  # done: nothing else may hold it (the controller's copy of the handle is a borrow)
+    else:
+        ledger.drop.remote(key)
     return Outcome(result, error, book, status, ended=ended)
 
 

@@ -115,10 +115,12 @@ class TrialContext:
     sweep: RunContext  # the sweep's context: resolved base config, cluster, parent tracking run (no dataset
     sweep_dir: str     # when data_ref holds it)
     data_ref: Any | None = None  # the sweep's dataset, put in the object store once for every trial
+    ledger: Any | None = None  # the sweep's RunLedger: one actor for every trial's goodput book
 
 
 def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     """Build (or restore) the Tuner and run it. Returns the ResultGrid and the orphaned placement groups removed."""
+    import ray
     from ray import tune
 
     from elastic_train.sweep.elastic import TrialFloors
@@ -129,7 +131,10 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     # trial that changes a data key builds its own, trial_context). Without it each trial re-put its copy.
     data_ref = share_data(plan.ctx.bundle)
     base = replace(plan.ctx, cfg=resolved_base(plan), bundle=None if data_ref is not None else plan.ctx.bundle)
-    trial = TrialContext(base, plan.sweep_dir, data_ref)
+    from elastic_train.launch.ledger import create_ledger
+
+    ledger = create_ledger()  # started once here, not once per trial (each trial's fit keeps its own key)
+    trial = TrialContext(base, plan.sweep_dir, data_ref, ledger)
     callbacks = [OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt"),
                  TrialProgress(plan.sweep_dir, plan.cfg)]
     if plan.ctx.tracking is not None:  # each trial's run opened and closed here, not in the trial (runs.py)
@@ -175,6 +180,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
         from elastic_train.sweep.runs import drain_all
 
         drain_all()  # the trial runs still being closed (bounded)
+        ray.kill(ledger)
         settle()
     return grid, OrphanedPlacementGroupReaper.removed[before:]
 
@@ -243,10 +249,10 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
 
         outcome = fit_reporting_checkpoints(
             lambda callbacks: fit(ctx, callbacks=callbacks, data_ref=data_ref, start_from=start_from,
-                                  scaling_policy=policy))
+                                  scaling_policy=policy, ledger=trial.ledger))
     else:
         outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref, start_from=start_from,
-                      scaling_policy=policy)
+                      scaling_policy=policy, ledger=trial.ledger)
     if outcome.already_complete:  # a restored sweep re-ran a trial whose training had already ended
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})

@@ -44,6 +44,7 @@ class WorkerArgs:
     run_name: str
     tracking: TrackingSpec | None = None
     ledger: Any | None = None
+    ledger_key: str = ""  # this fit's book in the ledger (a sweep's trials share one ledger)
     log_floor: int = -1  # metrics at steps <= this were logged by an earlier driver; skip them
     fault: str | None = None
     progress_bars: bool = False  # tqdm_ray bars when the driver writes to a terminal, else plain lines
@@ -205,7 +206,7 @@ def _host(args: WorkerArgs) -> Host:
         torch.backends.cudnn.allow_tf32 = True
     console = Console(rank == 0, bars=args.progress_bars)
     tracker = tracker_for(args.tracking, rank)
-    ledger = _RayLedger(args.ledger) if args.ledger is not None and rank == 0 else None
+    ledger = _RayLedger(args.ledger, args.ledger_key) if args.ledger is not None and rank == 0 else None
     return Host(
         rank, world, device, console, tracker,
         goodput=GoodputReporter(ledger, console.line, args.launched),
@@ -250,14 +251,14 @@ def _upload(checkpoint: Checkpoint, name: str) -> Checkpoint:
 class _RayLedger:
     """The run's ledger actor (it outlives worker groups), as goodput.Ledger."""
 
-    def __init__(self, handle: Any):
-        self.handle = handle
+    def __init__(self, handle: Any, key: str = ""):
+        self.handle, self.key = handle, key
 
     def put(self, book: dict[str, Any]) -> None:
-        self.handle.put.remote(book)  # fire and forget
+        self.handle.put.remote(book, self.key)  # fire and forget
 
     def get(self) -> dict[str, Any] | None:
-        return ray.get(self.handle.get.remote(), timeout=30)
+        return ray.get(self.handle.get.remote(self.key), timeout=30)
 
 
 def _quiet_ray_train_logs() -> None:
