@@ -5,6 +5,7 @@
     mlflow_tracker.py  MLflow logging with batching, retries and a spool; sender.py runs it in a child process
     fence.py           one sender per run at a time: a restarted run's waits for a dead worker's orphaned one
     checkpoints.py     a Ray Train callback copying checkpoints into the run
+    relay.py           one MLflow sender actor a whole sweep's trials log through (instead of one child each)
     jsonl.py           a JSON-lines backend on a local folder (no server, no MLflow)
     quiet.py           MLflow's INFO logging off the console (WARNING and above still print)
 
@@ -16,6 +17,7 @@ code has no ``if rank == 0`` branches. Nothing here runs at import time.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tracking.base import ChildRun, NullTracker, Tracker, TrackingBackend, TrackingSpec, TrackingUnavailable
 
@@ -40,14 +42,19 @@ def backend_for(spec: TrackingSpec, home: Path | None = None) -> TrackingBackend
     return open_backend(spec.backend, spec.uri, home or Path.cwd())
 
 
-def tracker_for(spec: TrackingSpec | None, rank: int) -> Tracker:
-    """Rank 0's tracker when tracking is configured; a no-op everywhere else."""
+def tracker_for(spec: TrackingSpec | None, rank: int, relay: Any | None = None) -> Tracker:
+    """Rank 0's tracker when tracking is configured; a no-op everywhere else. ``relay``: a sweep's
+    :class:`~tracking.relay.TrackingRelay` (MLflow, without system metrics), instead of a sender child."""
     if spec is None or rank != 0:
         return NullTracker()
     if spec.backend == "jsonl":
         from tracking.jsonl import JsonlTracker
 
         return JsonlTracker(spec)
+    if relay is not None and not spec.system_metrics:
+        from tracking.relay import RelayTracker
+
+        return RelayTracker(spec, relay)
     from tracking.sender import ProcessTracker  # MLflow, from a child process
 
     return ProcessTracker(spec)

@@ -68,6 +68,7 @@ class MlflowTracker:
         self._pending: deque[tuple[str, Any]] = deque()  # taken from the queue, not yet acknowledged
         self._closed = threading.Event()
         self._idle = threading.Event()
+        self._hurry = threading.Event()  # set while someone waits in flush(): no batch window
         self.connected = threading.Event()  # mlflow imported and the client built
         self._lock = threading.Lock()
         self.sent = 0
@@ -118,13 +119,17 @@ class MlflowTracker:
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything queued so far is sent; False when the deadline passed first."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if self._queue.empty() and not self._pending:
-                    return True
-            self._idle.clear()
-            self._idle.wait(min(0.2, max(0.0, deadline - time.monotonic())))
-        return False
+        self._hurry.set()  # the sender thread sends at once instead of letting metrics accumulate
+        try:
+            while time.monotonic() < deadline:
+                with self._lock:
+                    if self._queue.empty() and not self._pending:
+                        return True
+                self._idle.clear()
+                self._idle.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+            return False
+        finally:
+            self._hurry.clear()
 
     def pending(self) -> int:
         """Items not yet sent (queued or in flight)."""
@@ -182,7 +187,9 @@ class MlflowTracker:
                 if item[0] in ("metric", "metric_unless"):
                     # Let metrics accumulate into one request: per-step logging then costs one request a second,
                     # not one per step (each is milliseconds of CPU, stolen from training on small machines).
-                    self._closed.wait(BATCH_WINDOW_S)
+                    # Not while a flush waits: a run's last metrics go at once (its close is teardown).
+                    # (close() flushes first, so it cuts the window short too.)
+                    self._hurry.wait(BATCH_WINDOW_S)
                 continue
             try:
                 self._send_some()

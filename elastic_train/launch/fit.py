@@ -29,13 +29,14 @@ class Outcome:
 
 
 def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None,
-        start_from: str | None = None, scaling_policy: Any | None = None, ledger: Any | None = None) -> Outcome:
+        start_from: str | None = None, scaling_policy: Any | None = None, ledger: Any | None = None,
+        tracking_relay: Any | None = None) -> Outcome:
     """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``data_ref``: the
     dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put.
     ``start_from``: another run's checkpoint the workers continue while this run has none of its own (PBT).
     ``scaling_policy``: ScalingConfig -> Ray Train scaling policy, instead of Ray's own (an elastic sweep trial).
     ``ledger``: a shared RunLedger (a sweep's) that holds this fit's book under a key of its own; default: one
-    created for this fit."""
+    created for this fit. ``tracking_relay``: a sweep's MLflow sender actor rank 0 logs through (tracking/relay.py)."""
     import ray
 
     from elastic_train.launch.ledger import create_ledger
@@ -56,7 +57,8 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
         release_stale_reservation(latest[1].get("ray_train_run_id"))
     own_ledger, key = ledger is None, uuid.uuid4().hex  # a fresh key: no earlier life's book is this fit's
     ledger = create_ledger() if own_ledger else ledger
-    trainer = build_trainer(ctx, ledger=ledger, ledger_key=key, log_floor=log_floor, callbacks=cbs,
+    trainer = build_trainer(ctx, ledger=ledger, ledger_key=key, tracking_relay=tracking_relay, log_floor=log_floor,
+                            callbacks=cbs,
                             data_ref=data_ref if data_ref is not None else share_data(ctx.bundle),
                             start_from=start_from, scaling_policy=scaling_policy)
     timeline.mark("trainer start")

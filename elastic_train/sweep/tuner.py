@@ -116,6 +116,7 @@ class TrialContext:
     sweep_dir: str     # when data_ref holds it)
     data_ref: Any | None = None  # the sweep's dataset, put in the object store once for every trial
     ledger: Any | None = None  # the sweep's RunLedger: one actor for every trial's goodput book
+    relay: Any | None = None  # the sweep's MLflow sender (tracking/relay.py): every trial's rank 0 logs through it
 
 
 def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
@@ -134,7 +135,13 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     from elastic_train.launch.ledger import create_ledger
 
     ledger = create_ledger()  # started once here, not once per trial (each trial's fit keeps its own key)
-    trial = TrialContext(base, plan.sweep_dir, data_ref, ledger)
+    relay = None
+    parent = plan.ctx.tracking
+    if parent is not None and parent.backend == "mlflow":  # MLflow imported once for all trials' workers
+        from tracking.relay import start_relay
+
+        relay = start_relay(parent.env)
+    trial = TrialContext(base, plan.sweep_dir, data_ref, ledger, relay)
     callbacks = [OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt"),
                  TrialProgress(plan.sweep_dir, plan.cfg)]
     if plan.ctx.tracking is not None:  # each trial's run opened and closed here, not in the trial (runs.py)
@@ -181,6 +188,10 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
 
         drain_all()  # the trial runs still being closed (bounded)
         ray.kill(ledger)
+        if relay is not None:  # what stopped trials' workers logged is sent before it goes
+            from tracking.relay import stop_relay
+
+            stop_relay(relay)
         settle()
     return grid, OrphanedPlacementGroupReaper.removed[before:]
 
@@ -249,10 +260,11 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
 
         outcome = fit_reporting_checkpoints(
             lambda callbacks: fit(ctx, callbacks=callbacks, data_ref=data_ref, start_from=start_from,
-                                  scaling_policy=policy, ledger=trial.ledger))
+                                  scaling_policy=policy, ledger=trial.ledger,
+                                  tracking_relay=trial.relay))
     else:
         outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref, start_from=start_from,
-                      scaling_policy=policy, ledger=trial.ledger)
+                      scaling_policy=policy, ledger=trial.ledger, tracking_relay=trial.relay)
     if outcome.already_complete:  # a restored sweep re-ran a trial whose training had already ended
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})

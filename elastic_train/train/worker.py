@@ -45,6 +45,7 @@ class WorkerArgs:
     tracking: TrackingSpec | None = None
     ledger: Any | None = None
     ledger_key: str = ""  # this fit's book in the ledger (a sweep's trials share one ledger)
+    tracking_relay: Any | None = None  # a sweep's MLflow sender actor (tracking/relay.py); None: rank 0's own child
     log_floor: int = -1  # metrics at steps <= this were logged by an earlier driver; skip them
     fault: str | None = None
     progress_bars: bool = False  # tqdm_ray bars when the driver writes to a terminal, else plain lines
@@ -205,7 +206,7 @@ def _host(args: WorkerArgs) -> Host:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     console = Console(rank == 0, bars=args.progress_bars)
-    tracker = tracker_for(args.tracking, rank)
+    tracker = tracker_for(args.tracking, rank, args.tracking_relay)
     ledger = _RayLedger(args.ledger, args.ledger_key) if args.ledger is not None and rank == 0 else None
     return Host(
         rank, world, device, console, tracker,

@@ -1,0 +1,58 @@
+"""A sweep's MLflow relay (tracking/relay.py): rank 0 of a trial logs through one warm sender actor. Real Ray, a
+real sqlite MLflow store; the logging side runs in a Ray task, as a worker would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ray
+
+from tracking import tracker_for
+from tracking.relay import RelayTracker, start_relay, stop_relay
+from tracking.runs import start_run
+
+
+@ray.remote(num_cpus=0)
+def log_steps(spec, relay, steps: range, close: bool):
+    tracker = tracker_for(spec, rank=0, relay=relay)
+    assert isinstance(tracker, RelayTracker)
+    tracker.set_tags({"from": "worker"})
+    for step in steps:
+        tracker.log_metrics({"train_loss": 1.0 / step}, step=step)
+    return tracker.close(timeout_s=30) if close else None
+
+
+def open_run(home: Path, name: str):
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    spec, _ = start_run(uri, "relay", name, artifact_root=home / "mlartifacts", spool_path=home / f"{name}.jsonl")
+    return spec
+
+
+def history(spec) -> list[int]:
+    from mlflow.tracking import MlflowClient
+
+    return sorted(m.step for m in MlflowClient(spec.uri).get_metric_history(spec.run_id, "train_loss"))
+
+
+def test_two_runs_log_through_one_relay_and_close_flushes_each(ray_session, home):
+    relay = start_relay({})
+    try:
+        a, b = open_run(home, "a"), open_run(home, "b")
+        results = ray.get([log_steps.remote(a, relay, range(1, 6), True), log_steps.remote(b, relay, range(1, 4), True)])
+        assert [r["unsent"] for r in results] == [0, 0]
+        assert history(a) == [1, 2, 3, 4, 5] and history(b) == [1, 2, 3]  # landed by the time close returned
+
+        from mlflow.tracking import MlflowClient
+
+        assert MlflowClient(a.uri).get_run(a.run_id).data.tags["from"] == "worker"
+    finally:
+        stop_relay(relay)
+
+
+def test_what_a_stopped_trial_logged_is_sent_when_the_relay_stops(ray_session, home):
+    """A trial ASHA stops never closes its tracker (its workers are killed): the sweep's end flushes it."""
+    relay = start_relay({})
+    spec = open_run(home, "stopped")
+    ray.get(log_steps.remote(spec, relay, range(1, 4), False))
+    stop_relay(relay)
+    assert history(spec) == [1, 2, 3]
