@@ -74,6 +74,10 @@ def test_a_killed_worker_still_gives_one_complete_run(ray_session, home, mlflow_
     ckpts = {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}
     assert {"checkpoints/best", "checkpoints/last"} <= ckpts
     assert "meta.json" in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "checkpoints/last")}
+    # the run's *final* checkpoint, uploaded before the run ended (the controller's end-of-run flush)
+    last = json.loads(Path(client.download_artifacts(run.info.run_id, "checkpoints/last/meta.json",
+                                                     str(home))).read_text())
+    assert last["progress"]["global_step"] == s["steps"]
 
     # the logged model alone reproduces the run's final validation accuracy, on 2 workers
     from jobs import evaluate
