@@ -38,7 +38,8 @@ def test_two_runs_log_through_one_relay_and_close_flushes_each(ray_session, home
     relay = start_relay({})
     try:
         a, b = open_run(home, "a"), open_run(home, "b")
-        results = ray.get([log_steps.remote(a, relay, range(1, 6), True), log_steps.remote(b, relay, range(1, 4), True)])
+        results = ray.get([log_steps.remote(a, relay, range(1, 6), True),
+                           log_steps.remote(b, relay, range(1, 4), True)])
         assert [r["unsent"] for r in results] == [0, 0]
         assert history(a) == [1, 2, 3, 4, 5] and history(b) == [1, 2, 3]  # landed by the time close returned
 
