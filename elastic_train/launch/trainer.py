@@ -11,6 +11,7 @@ from ray.train.torch import TorchTrainer
 
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
+from elastic_train.launch.controller import ControllerPriority
 from elastic_train.launch.preflight import worker_resources
 from elastic_train.launch.storage import ray_storage
 from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
@@ -79,7 +80,7 @@ def build_trainer(
                 checkpoint_score_attribute=cfg.checkpoint.score,
                 checkpoint_score_order=cfg.checkpoint.score_mode,
             ),
-            callbacks=callbacks or [],
+            callbacks=[ControllerPriority(), *(callbacks or [])],
             worker_runtime_env={"env_vars": env_vars} if env_vars else None,
             # Ray Train's INFO lines repeat every report; our workers print restarts and resizes themselves.
             logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
