@@ -1,4 +1,4 @@
-"""A Ray worker trains at niceness 0, not Ray's 15 (train/worker.normal_priority)."""
+"""A Ray worker trains at niceness 0, not Ray's 15 (train/priority.normal_priority)."""
 
 from __future__ import annotations
 
