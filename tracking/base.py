@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -144,3 +145,40 @@ class NullTracker:
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         return {"unsent": 0, "spool_path": None}
+
+
+class ForwardingTracker:
+    """The Tracker interface as ``(command, args)`` messages for a sender elsewhere: rank 0's sender child
+    (tracking/sender.py) or a sweep's relay actor (tracking/relay.py). Subclasses deliver them (``_send``);
+    the receiving side runs them on its MlflowTracker with :func:`apply_call`."""
+
+    def _send(self, cmd: str, *args: Any) -> None:
+        raise NotImplementedError
+
+    def skip_logged_steps(self, fallback: int) -> None:
+        self._send("skip_logged_steps", int(fallback))
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        self._send("log_params", params)
+
+    def log_metrics(self, metrics: dict[str, float], step: int, *, unless_logged: bool = False) -> None:
+        numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        self._send("log_metrics", numbers, int(step), int(time.time() * 1000), unless_logged)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self._send("set_tags", {k: str(v) for k, v in tags.items()})
+
+    def log_checkpoint(self, path: str, artifact_path: str) -> None:
+        self._send("log_checkpoint", str(path), artifact_path)
+
+    def log_model(self, model: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the final model is logged by the driver")
+
+
+def apply_call(tracker: Any, cmd: str, args: list[Any]) -> None:
+    """Run one :class:`ForwardingTracker` message on the sender's tracker (log_metrics keeps its timestamp)."""
+    if cmd == "log_metrics":
+        metrics, step, ts, unless_logged = args
+        tracker.log_metrics(metrics, step, timestamp_ms=ts, unless_logged=unless_logged)
+    else:
+        getattr(tracker, cmd)(*args)

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from dataclasses import asdict
 from typing import Any
 
 import ray
 
-from tracking.base import TrackingSpec
+from tracking.base import ForwardingTracker, TrackingSpec, apply_call
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -47,12 +46,7 @@ class TrackingRelay:
         return self._trackers[run_id]
 
     async def call(self, spec: dict[str, Any], cmd: str, args: list[Any]) -> None:
-        tracker = self._tracker(spec)
-        if cmd == "log_metrics":
-            metrics, step, ts, unless_logged = args
-            tracker.log_metrics(metrics, step, timestamp_ms=ts, unless_logged=unless_logged)
-        else:
-            getattr(tracker, cmd)(*args)
+        apply_call(self._tracker(spec), cmd, args)
 
     async def close(self, spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Flush the run within ``timeout_s`` and spool the rest; the run's next life gets a fresh tracker."""
@@ -95,7 +89,7 @@ def start_relay(env: dict[str, str]) -> Any:
     return TrackingRelay.options(**options).remote()
 
 
-class RelayTracker:
+class RelayTracker(ForwardingTracker):
     """The Tracker interface for rank 0 of a sweep trial, forwarded to the sweep's :class:`TrackingRelay`."""
 
     def __init__(self, spec: TrackingSpec, relay: Any):
@@ -104,25 +98,6 @@ class RelayTracker:
 
     def _send(self, cmd: str, *args: Any) -> None:
         self.relay.call.remote(self._spec, cmd, list(args))  # fire and forget; ordered per caller
-
-    def skip_logged_steps(self, fallback: int) -> None:
-        self._send("skip_logged_steps", int(fallback))
-
-    def log_params(self, params: dict[str, Any]) -> None:
-        self._send("log_params", params)
-
-    def log_metrics(self, metrics: dict[str, float], step: int, *, unless_logged: bool = False) -> None:
-        numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        self._send("log_metrics", numbers, int(step), int(time.time() * 1000), unless_logged)
-
-    def set_tags(self, tags: dict[str, Any]) -> None:
-        self._send("set_tags", {k: str(v) for k, v in tags.items()})
-
-    def log_checkpoint(self, path: str, artifact_path: str) -> None:
-        self._send("log_checkpoint", str(path), artifact_path)
-
-    def log_model(self, model: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the final model is logged by the driver")
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         try:

@@ -26,15 +26,14 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import asdict
 from typing import Any
 
-from tracking.base import TrackingSpec
+from tracking.base import ForwardingTracker, TrackingSpec, apply_call
 from tracking.quiet import quiet_mlflow_logging
 
 
-class ProcessTracker:
+class ProcessTracker(ForwardingTracker):
     """The Tracker interface, forwarded to a child process (see the module docstring)."""
 
     def __init__(self, spec: TrackingSpec):
@@ -80,25 +79,6 @@ class ProcessTracker:
             stdin.close()
         except BrokenPipeError:
             pass
-
-    def skip_logged_steps(self, fallback: int) -> None:
-        self._send("skip_logged_steps", int(fallback))
-
-    def log_params(self, params: dict[str, Any]) -> None:
-        self._send("log_params", params)
-
-    def log_metrics(self, metrics: dict[str, float], step: int, *, unless_logged: bool = False) -> None:
-        numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        self._send("log_metrics", numbers, int(step), int(time.time() * 1000), unless_logged)
-
-    def set_tags(self, tags: dict[str, Any]) -> None:
-        self._send("set_tags", {k: str(v) for k, v in tags.items()})
-
-    def log_checkpoint(self, path: str, artifact_path: str) -> None:
-        self._send("log_checkpoint", str(path), artifact_path)
-
-    def log_model(self, model: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the final model is logged by the driver")
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush within ``timeout_s`` (the child spools the rest); returns its ``{sent, unsent, spool_path}``."""
@@ -154,11 +134,7 @@ def _main() -> int:
         cmd, args = json.loads(line)
         if cmd == "close":
             return _close(tracker, spec, *args)
-        if cmd == "log_metrics":
-            metrics, step, ts, unless_logged = args
-            tracker.log_metrics(metrics, step, timestamp_ms=ts, unless_logged=unless_logged)
-        else:
-            getattr(tracker, cmd)(*args)
+        apply_call(tracker, cmd, args)
     # End of input without "close": the training process died (a crash, or a trial stopped early). Send what
     # it logged (nobody waits for this process now; the rest is spooled after 2 minutes): a restart skips the
     # steps MLflow holds by the time it asks.

@@ -99,6 +99,11 @@ class RunStorage:
         if self.exists():
             self.fs.delete_dir(self.root)
 
+    def remove(self, rel: str) -> None:
+        """Delete the file ``rel`` if it is there."""
+        if self._info(rel).type == pyarrow.fs.FileType.File:
+            self.fs.delete_file(f"{self.root}/{rel}")
+
     def read_text(self, rel: str) -> str | None:
         if self._info(rel).type != pyarrow.fs.FileType.File:
             return None

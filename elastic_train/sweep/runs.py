@@ -106,8 +106,7 @@ class TrialRuns(Callback):
         folder = _folder(self.sweep_dir)
         try:  # what an earlier life of the trial left: this life's files are written below
             for suffix in (".json", ".summary.json"):
-                if folder.read_text(f"{run_name}{suffix}") is not None:
-                    folder.fs.delete_file(f"{folder.root}/{run_name}{suffix}")
+                folder.remove(f"{run_name}{suffix}")
         except OSError:
             pass
         overrides = dict(trial.config)
