@@ -88,3 +88,81 @@ def digits_dataset(scale: float = 1.0):  # noqa: ANN201 - a ray.data.Dataset
 def not_a_dataset() -> list[int]:
     """A data.dataset function that returns something else."""
     return [1, 2, 3]
+
+
+def write_digits_csv(dest: str, files: int = 2) -> int:
+    """The digits table as CSV files: ``id``, ``p0`` .. ``p63`` (one column a pixel), ``label``."""
+    import pyarrow.csv as pcsv
+
+    fs, base = filesystems.resolve(dest)
+    fs.create_dir(base, recursive=True)
+    table = digits_table()
+    pixels = np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 64)
+    flat = pa.table({"id": table["id"], **{f"p{j}": pa.array(pixels[:, j]) for j in range(64)},
+                     "label": table["label"]})
+    n = flat.num_rows
+    for i in range(files):
+        with fs.open_output_stream(f"{base}/part-{i}.csv") as f:
+            pcsv.write_csv(flat.slice(i * n // files, (i + 1) * n // files - i * n // files), f)
+    return n
+
+
+def write_digits_numpy(dest: str, files: int = 2) -> int:
+    """The digits table as ``.npy`` files of float32 rows ``[id, label, 64 pixels]`` (Ray Data reads each row as
+    one ``data`` value); :func:`split_numpy_rows` is the preprocess that names the columns."""
+    import io
+
+    fs, base = filesystems.resolve(dest)
+    fs.create_dir(base, recursive=True)
+    table = digits_table()
+    pixels = np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 64)
+    rows = np.concatenate([table["id"].to_numpy()[:, None], table["label"].to_numpy()[:, None], pixels],
+                          axis=1).astype(np.float32)
+    n = len(rows)
+    for i in range(files):
+        buf = io.BytesIO()
+        np.save(buf, rows[i * n // files:(i + 1) * n // files])
+        with fs.open_output_stream(f"{base}/part-{i}.npy") as f:
+            f.write(buf.getvalue())
+    return n
+
+
+def split_numpy_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A preprocess for :func:`write_digits_numpy`: ``data`` rows -> ``id``, ``label``, ``x`` (pixels / 16)."""
+    data = np.stack([np.asarray(r, dtype=np.float32) for r in batch["data"]])
+    return {"id": data[:, 0].astype(np.int64), "label": data[:, 1].astype(np.int64), "x": data[:, 2:] / 16.0}
+
+
+def write_digits_images(dest: str, per_class: int | None = None) -> int:
+    """The digits as 8x8 grayscale PNGs in an image-folder layout, ``<label>/<id>.png`` (what torchvision's
+    ImageFolder and most image sets use). ``per_class`` caps the images of each class. Returns the count."""
+    import io
+
+    from PIL import Image
+
+    fs, base = filesystems.resolve(dest)
+    table = digits_table()
+    pixels = np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 8, 8)
+    ids, labels = table["id"].to_numpy(), table["label"].to_numpy()
+    seen: dict[int, int] = {}
+    for i, img, y in zip(ids, pixels, labels, strict=True):
+        if per_class is not None and seen.get(int(y), 0) >= per_class:
+            continue
+        seen[int(y)] = seen.get(int(y), 0) + 1
+        fs.create_dir(f"{base}/{y}", recursive=True)
+        buf = io.BytesIO()
+        Image.fromarray((img * 255 / 16).round().astype(np.uint8), mode="L").save(buf, format="PNG")
+        with fs.open_output_stream(f"{base}/{y}/{i}.png") as f:
+            f.write(buf.getvalue())
+    return sum(seen.values())
+
+
+def decode_digit_images(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A preprocess for :func:`write_digits_images`: decoded ``image`` -> ``x`` (0..1); the class and the id come
+    from the path, ``<label>/<id>.png``."""
+    import posixpath
+
+    x = np.stack([np.asarray(im, dtype=np.float32).reshape(-1) for im in batch["image"]]) / 255.0
+    parts = [posixpath.normpath(str(p)).split("/") for p in batch["path"]]
+    return {"x": x, "label": np.array([int(p[-2]) for p in parts], np.int64),
+            "id": np.array([int(p[-1].split(".")[0]) for p in parts], np.int64)}
