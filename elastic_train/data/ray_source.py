@@ -224,7 +224,7 @@ def build_materialized(job: JobConfig, found: RayFiles) -> DataBundle:
     if cfg.preprocess:
         fn = resolve_import(cfg.preprocess, "data.preprocess")
         ds = ds.map_batches(fn, batch_format="numpy", num_cpus=cfg.preprocess_cpus,
-                            concurrency=cfg.preprocess_concurrency)
+                            compute=_tasks(cfg.preprocess_concurrency))
     columns = [*cfg.features, cfg.label, *([cfg.id_column] if cfg.id_column else [])]
     try:
         with _quiet_ray_data():
@@ -270,6 +270,14 @@ def _read(fmt: str, found: RayFiles, preserve_order: bool = True) -> Any:
     if fmt == "images":
         kwargs["include_paths"] = True
     return readers[fmt](found.files, **kwargs)
+
+
+def _tasks(concurrency: int | None) -> Any:
+    """``data.preprocess_concurrency`` as Ray Data's compute strategy (``concurrency=`` is deprecated since Ray
+    2.51 and warns on every run); None: Ray decides."""
+    import ray.data
+
+    return ray.data.TaskPoolStrategy(size=concurrency) if concurrency else None
 
 
 def _user_dataset(function: str, options: dict[str, Any]) -> Any:
@@ -397,7 +405,7 @@ class StreamSource:
         if self.preprocess:
             fn = resolve_import(self.preprocess, "data.preprocess")
             ds = ds.map_batches(fn, batch_format="numpy", num_cpus=self.preprocess_cpus,
-                                concurrency=self.preprocess_concurrency)
+                                compute=_tasks(self.preprocess_concurrency))
         return ds
 
     def part(self, part: str, exclude: np.ndarray | None = None) -> Any:
