@@ -222,9 +222,7 @@ def build_materialized(job: JobConfig, found: RayFiles) -> DataBundle:
     cfg = job.data
     ds = _read(cfg.format, found)
     if cfg.preprocess:
-        fn = resolve_import(cfg.preprocess, "data.preprocess")
-        ds = ds.map_batches(fn, batch_format="numpy", num_cpus=cfg.preprocess_cpus,
-                            compute=_tasks(cfg.preprocess_concurrency))
+        ds = _preprocessed(ds, cfg.preprocess, cfg.preprocess_cpus, cfg.preprocess_concurrency)
     columns = [*cfg.features, cfg.label, *([cfg.id_column] if cfg.id_column else [])]
     try:
         with _quiet_ray_data():
@@ -272,12 +270,15 @@ def _read(fmt: str, found: RayFiles, preserve_order: bool = True) -> Any:
     return readers[fmt](found.files, **kwargs)
 
 
-def _tasks(concurrency: int | None) -> Any:
-    """``data.preprocess_concurrency`` as Ray Data's compute strategy (``concurrency=`` is deprecated since Ray
-    2.51 and warns on every run); None: Ray decides."""
+def _preprocessed(ds: Any, preprocess: str, cpus: float, concurrency: int | None) -> Any:
+    """``data.preprocess`` as ``map_batches`` on Ray's CPU slots, ``cpus`` each, at most ``concurrency`` tasks at
+    once (as Ray Data's compute strategy: ``concurrency=`` is deprecated since Ray 2.51 and warns on every run;
+    None: Ray decides). The materialised and the streamed builds share it."""
     import ray.data
 
-    return ray.data.TaskPoolStrategy(size=concurrency) if concurrency else None
+    fn = resolve_import(preprocess, "data.preprocess")
+    compute = ray.data.TaskPoolStrategy(size=concurrency) if concurrency else None
+    return ds.map_batches(fn, batch_format="numpy", num_cpus=cpus, compute=compute)
 
 
 def _user_dataset(function: str, options: dict[str, Any]) -> Any:
@@ -403,9 +404,7 @@ class StreamSource:
             log.setLevel(logging.WARNING)
         ds = _read(self.fmt, self.found, preserve_order=False)
         if self.preprocess:
-            fn = resolve_import(self.preprocess, "data.preprocess")
-            ds = ds.map_batches(fn, batch_format="numpy", num_cpus=self.preprocess_cpus,
-                                compute=_tasks(self.preprocess_concurrency))
+            ds = _preprocessed(ds, self.preprocess, self.preprocess_cpus, self.preprocess_concurrency)
         return ds
 
     def part(self, part: str, exclude: np.ndarray | None = None) -> Any:

@@ -23,6 +23,13 @@ def digits_table(seed: int = 0) -> pa.Table:
     })
 
 
+def digits_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`digits_table` as numpy: ids, pixels (n x 64 floats, 0..16), labels."""
+    table = digits_table()
+    return (table["id"].to_numpy(), np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 64),
+            table["label"].to_numpy())
+
+
 def write_digits_parquet(dest: str, files: int = 3) -> int:
     """Write the digits table to ``dest`` (a local folder or s3://bucket/prefix) as ``files`` Parquet files."""
     fs, base = filesystems.resolve(dest)
@@ -78,9 +85,8 @@ def digits_dataset(scale: float = 1.0):  # noqa: ANN201 - a ray.data.Dataset
     (``data.options`` are its keyword arguments)."""
     import ray.data
 
-    table = digits_table()
-    pixels = np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 64) * scale
-    ids, labels = table["id"].to_numpy(), table["label"].to_numpy()
+    ids, pixels, labels = digits_arrays()
+    pixels = pixels * scale
     return ray.data.from_items([{"id": int(i), "x": p.astype(np.float32), "label": int(y)}
                                 for i, p, y in zip(ids, pixels, labels, strict=True)])
 
@@ -96,10 +102,8 @@ def write_digits_csv(dest: str, files: int = 2) -> int:
 
     fs, base = filesystems.resolve(dest)
     fs.create_dir(base, recursive=True)
-    table = digits_table()
-    pixels = np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 64)
-    flat = pa.table({"id": table["id"], **{f"p{j}": pa.array(pixels[:, j]) for j in range(64)},
-                     "label": table["label"]})
+    ids, pixels, labels = digits_arrays()
+    flat = pa.table({"id": ids, **{f"p{j}": pa.array(pixels[:, j]) for j in range(64)}, "label": labels})
     n = flat.num_rows
     for i in range(files):
         with fs.open_output_stream(f"{base}/part-{i}.csv") as f:
@@ -114,10 +118,8 @@ def write_digits_numpy(dest: str, files: int = 2) -> int:
 
     fs, base = filesystems.resolve(dest)
     fs.create_dir(base, recursive=True)
-    table = digits_table()
-    pixels = np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 64)
-    rows = np.concatenate([table["id"].to_numpy()[:, None], table["label"].to_numpy()[:, None], pixels],
-                          axis=1).astype(np.float32)
+    ids, pixels, labels = digits_arrays()
+    rows = np.concatenate([ids[:, None], labels[:, None], pixels], axis=1).astype(np.float32)
     n = len(rows)
     for i in range(files):
         buf = io.BytesIO()
@@ -133,28 +135,23 @@ def split_numpy_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"id": data[:, 0].astype(np.int64), "label": data[:, 1].astype(np.int64), "x": data[:, 2:] / 16.0}
 
 
-def write_digits_images(dest: str, per_class: int | None = None) -> int:
+def write_digits_images(dest: str) -> int:
     """The digits as 8x8 grayscale PNGs in an image-folder layout, ``<label>/<id>.png`` (what torchvision's
-    ImageFolder and most image sets use). ``per_class`` caps the images of each class. Returns the count."""
+    ImageFolder and most image sets use). Returns the count."""
     import io
 
     from PIL import Image
 
     fs, base = filesystems.resolve(dest)
-    table = digits_table()
-    pixels = np.asarray(table["pixels"].combine_chunks().flatten()).reshape(-1, 8, 8)
-    ids, labels = table["id"].to_numpy(), table["label"].to_numpy()
-    seen: dict[int, int] = {}
-    for i, img, y in zip(ids, pixels, labels, strict=True):
-        if per_class is not None and seen.get(int(y), 0) >= per_class:
-            continue
-        seen[int(y)] = seen.get(int(y), 0) + 1
+    ids, pixels, labels = digits_arrays()
+    for y in set(labels.tolist()):
         fs.create_dir(f"{base}/{y}", recursive=True)
+    for i, img, y in zip(ids, pixels.reshape(-1, 8, 8), labels, strict=True):
         buf = io.BytesIO()
         Image.fromarray((img * 255 / 16).round().astype(np.uint8), mode="L").save(buf, format="PNG")
         with fs.open_output_stream(f"{base}/{y}/{i}.png") as f:
             f.write(buf.getvalue())
-    return sum(seen.values())
+    return len(ids)
 
 
 def decode_digit_images(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
