@@ -16,6 +16,7 @@ from tests.distributed.conftest import run_job
 from tests.helpers.embedded_job import run_embedded
 from tests.helpers.ray_data import write_digits_parquet, write_wide_parquet
 from tests.helpers.trace import read_trace, stream_exactly_once_problems
+from tests.helpers.worker_logs import WorkerLogs
 
 pytestmark = pytest.mark.distributed
 
@@ -35,6 +36,7 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
     n = write_digits_parquet(str(tmp_path / "digits"), files=4)
     marker, trace = tmp_path / "fault-fired", tmp_path / "trace"
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=8,rank=1,marker={marker},mode=exit")
+    logs = WorkerLogs(ray_session)
     summary = run_job(home, "stream-fault", *stream_overrides(tmp_path / "digits", trace),
                       "checkpoint.every_steps=3", "train.epochs=2")
     out = capsys.readouterr().out
@@ -43,7 +45,7 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
     assert "streamed (data.ray_mode=stream)" in out
     assert summary["restarts"] == 1
     # resumed mid-epoch: the checkpoint's consumed ids were filtered out of the rest of epoch 1
-    assert re.search(r"resumed from checkpoint_\d+ \(epoch 1, step [1-9]", out), out
+    assert re.search(r"resumed from checkpoint_\d+ \(epoch 1, step [1-9]", logs.since())
     assert summary["final_metrics"]["val_accuracy"] > 0.5
     records = read_trace(trace)
     assert {r["epoch"] for r in records if "step" in r} == {0, 1}
@@ -75,7 +77,7 @@ def test_a_data_set_four_times_the_object_store_streams_through_an_epoch(home, t
 
 @pytest.mark.long  # `make test-long`; make test has the killed-worker case and tests/unit/test_stream.py a resize
 def test_stream_mode_resized_mid_epoch_from_one_to_two_workers_is_exactly_once(ray_session, home, tmp_path,
-                                                                               monkeypatch, capsys):
+                                                                               monkeypatch):
     """1 worker fails at step 8 (no retries left: the run stops after its step-6 checkpoint); the same run resumed
     on 2 workers continues epoch 1 at that checkpoint, with the 1-worker ids filtered out."""
     n = write_digits_parquet(str(tmp_path / "digits"), files=4)
@@ -84,10 +86,10 @@ def test_stream_mode_resized_mid_epoch_from_one_to_two_workers_is_exactly_once(r
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "step=8,rank=0,mode=raise")
     run_job(home, "stream-resize", *common, "scaling.num_workers=1", "failure.max_failures=0", expect=1)
     monkeypatch.delenv("ELASTIC_TRAIN_FAULT")
+    logs = WorkerLogs(ray_session)
     summary = run_job(home, "stream-resize", *common, "scaling.num_workers=2")
-    out = capsys.readouterr().out
     assert summary["world_sizes"] == [1, 2], summary["world_sizes"]
-    assert re.search(r"resumed from checkpoint_\d+ \(epoch 1, step [1-9]", out), out
+    assert re.search(r"resumed from checkpoint_\d+ \(epoch 1, step [1-9]", logs.since())
     records = read_trace(trace)
     assert {r["world_size"] for r in records if "step" in r} == {1, 2}
     assert stream_exactly_once_problems(records, n_train(n), G, epochs=1) == []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ import torch
 from elastic_train.train.goodput import WALL_PARTS
 from elastic_train.train.state import load_model
 from tests.distributed.conftest import run_job
+from tests.helpers.worker_logs import WorkerLogs
 
 pytestmark = pytest.mark.distributed
 
@@ -162,13 +162,13 @@ def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(run
 
     # Rank 0 says where it resumed from on its stdout. Ray forwards that to the driver's console asynchronously
     # (it may arrive after main() returns), so the test reads the worker's own log file, written before it exits.
-    unregistered = re.compile(r"checkpoint_0000000\d\d is complete on storage but Ray Train had not registered it")
-    said_before = len(_worker_log_matches(ray_session, unregistered))
+    logs = WorkerLogs(ray_session)
     assert train.main(
         ["--resume", "killed", f"checkpoint.storage_path={tmp}", "--summary-json", str(tmp / "r.json")]
     ) == 0
     resumed = json.loads((tmp / "r.json").read_text())
-    assert len(_worker_log_matches(ray_session, unregistered)) == said_before + 1
+    assert re.search(r"checkpoint_0000000\d\d is complete on storage but Ray Train had not registered it",
+                     logs.since())
     assert resumed["run_name"] == "killed" and resumed["restarts"] >= 1
     assert resumed["params_sha256"] == two["params_sha256"]
     runs_named = MlflowClient(tracking_uri=resumed["tracking_uri"]).search_runs(
@@ -176,13 +176,6 @@ def test_driver_killed_then_resumed_ends_bitwise_equal_and_in_one_mlflow_run(run
         filter_string="tags.`elastic_train.run_name` = 'killed'")
     assert [r.info.run_id for r in runs_named] == [resumed["mlflow_run_id"]]
     assert runs_named[0].info.status == "FINISHED"
-
-
-def _worker_log_matches(ray, pattern: re.Pattern) -> list[str]:
-    """The lines of this Ray session's worker stdout files that match ``pattern``."""
-    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
-    return [line for f in sorted(logs.glob("worker-*.out")) for line in f.read_text(errors="replace").splitlines()
-            if pattern.search(line)]
 
 
 @pytest.mark.parametrize(
