@@ -17,23 +17,25 @@ engine's own WorkerData (the sampler, micro-batches, prefetch):
 Sides alternate, repeated; medians. ``data_wait_share`` is the part of the epoch spent waiting for batches
 (time in the data iterator over the whole epoch). Ratios are against the DataLoader side, measured in the same run.
 
-    .venv/bin/python bench/ingest.py --heavy [--smoke] [--cpus N]
+    .venv/bin/python bench/ingest.py --heavy [--smoke] [--train-cores N]
 
-A deliberately CPU-heavy preprocess (:func:`augment`: each 8x8 image upsampled to 64x64, flipped by id, blurred
-by FFT 12 times and pooled back; about a millisecond a sample) on two sides with the same N spare CPUs:
+A deliberately CPU-heavy preprocess (:func:`bench.heavy_preprocess.augment`: each 8x8 image upsampled to
+64x64, flipped by id, blurred by FFT 12 times and pooled back; about half a millisecond a sample), on a 2-node
+``ray.cluster_utils.Cluster`` whose nodes sit on disjoint cores of this machine (CPU affinity): a training node
+(the first N cores: the training loop) and a CPU node (the other cores):
 
-    dataloader_heavy   the map-style Dataset applies it per sample in N DataLoader worker processes
-    ray_stream_heavy   Ray Data applies it as ``data.preprocess`` (map_batches, N tasks of 1 CPU) while the
-                       training loop streams (data.ray_mode=stream)
-
-On one machine both sides share its cores, so Ray Data is not expected ahead here: it gets ahead when its
-preprocess runs on CPU nodes other than the training node (a cluster), which a 2-core box cannot show.
+    dataloader_heavy   the map-style Dataset applies it per sample in N DataLoader worker processes, on the
+                       training node's cores (where a DataLoader's workers run)
+    ray_stream_heavy   Ray Data applies it as ``data.preprocess`` (map_batches over blocks of
+                       data.preprocess_block_rows rows) on both nodes' CPUs while the training loop streams
+                       (data.ray_mode=stream)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -48,6 +50,8 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
 
+from bench.heavy_preprocess import augment  # noqa: E402
+
 G = 128
 
 
@@ -60,27 +64,6 @@ class MapStyle(Dataset):
 
     def __getitem__(self, i: int):
         return self.x[i], self.y[i]
-
-
-def augment(x: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The CPU-heavy preprocess: per sample, upsample 8x8 -> 64x64, flip by id parity, 12 FFT blurs, pool back."""
-    out = np.empty_like(x)
-    kernel = np.fft.rfft2(np.outer(np.hanning(64), np.hanning(64)))
-    for i in range(len(x)):
-        img = np.kron(x[i].reshape(8, 8), np.ones((8, 8), np.float32))
-        if ids[i] % 2:
-            img = img[:, ::-1]
-        for _ in range(12):
-            img = np.fft.irfft2(np.fft.rfft2(img) * kernel, s=img.shape)
-            img /= max(float(np.abs(img).max()), 1e-6)
-        out[i] = img.reshape(8, 8, 8, 8).mean(axis=(1, 3)).reshape(-1)
-    return out
-
-
-def heavy_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``data.preprocess`` for Ray Data: :func:`augment` over a batch of numpy columns."""
-    x = np.stack(batch["x"]).astype(np.float32)
-    return {**batch, "x": augment(x, batch["id"])}
 
 
 class HeavyMapStyle(Dataset):
@@ -131,31 +114,100 @@ def train_epoch(bundle, loader_workers: int) -> dict[str, float]:
     wait, samples = 0.0, 0
     t0 = time.perf_counter()
     it = data.epoch(0)
-    while True:
-        tw = time.perf_counter()
-        nxt = next(it, None)
-        wait += time.perf_counter() - tw
-        if nxt is None:
-            break
-        for x, y in nxt[1]:
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-            samples += len(y)
+    try:
+        while True:
+            tw = time.perf_counter()
+            nxt = next(it, None)
+            wait += time.perf_counter() - tw
+            if nxt is None:
+                break
+            for x, y in nxt[1]:
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                samples += len(y)
+    finally:  # a Ray Data iterator left open re-initialises Ray from its finaliser once the cluster is gone
+        it.close()
+        data.close()
     wall = time.perf_counter() - t0
-    data.close()
     return {"samples_per_s": samples / wall, "wall_s": wall, "data_wait_share": wait / wall}
 
 
-def heavy(rows: int, repeats: int, cpus: int) -> dict:
-    """Dataloader workers vs Ray Data preprocess tasks, the same spare CPUs each, on the heavy preprocess."""
-    import ray
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    return kids
 
+
+def pin_tree(pids: list[int], cores: set[int]) -> int:
+    """CPU affinity ``cores`` for ``pids`` and all their descendants (new children inherit it); how many."""
+    kids, todo, done = _children(), list(pids), set()
+    while todo:
+        pid = todo.pop()
+        if pid in done:
+            continue
+        done.add(pid)
+        try:
+            os.sched_setaffinity(pid, cores)
+        except OSError:  # gone already
+            pass
+        todo.extend(kids.get(pid, []))
+    return len(done)
+
+
+def node_pids(node) -> list[int]:  # noqa: ANN001 - a ray._private.node.Node
+    return [p.process.pid for procs in node.all_processes.values() for p in procs if p.process is not None]
+
+
+class TwoNodes:
+    """A 2-node ``ray.cluster_utils.Cluster`` on one machine, its nodes on disjoint cores by CPU affinity: the
+    *training node* (the head, this process, its DataLoader workers: ``train_cores``) and a *CPU node* (the other
+    cores). Each node's raylet tree is pinned, so the Ray workers it starts later inherit its cores."""
+
+    def __init__(self, train_cores: set[int], cpu_cores: set[int]):
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.train_cores, self.cpu_cores = train_cores, cpu_cores
+        os.sched_setaffinity(0, train_cores)
+        torch.set_num_threads(len(train_cores))
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": len(train_cores), "include_dashboard": False})
+        self.cpu_node = self.cluster.add_node(num_cpus=len(cpu_cores))
+        self.cluster.wait_for_nodes(timeout=60)
+        ray.init(address=self.cluster.address, logging_level="ERROR")
+        self.pin()
+
+    def pin(self) -> None:
+        pin_tree(node_pids(self.cluster.head_node), self.train_cores)
+        pin_tree(node_pids(self.cpu_node), self.cpu_cores)
+
+    def stop(self) -> None:
+        import ray
+
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+def heavy(rows: int, repeats: int, train_cores: int, block_rows: int) -> dict:
+    """DataLoader workers on the training node vs Ray Data's preprocess on the training node's and a CPU node's
+    CPUs, on the heavy preprocess (see the module docstring)."""
     from elastic_train import config
     from elastic_train.data.ray_source import build_ray
     from elastic_train.data.spec import DataBundle, DataSpec
 
-    ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level="ERROR")
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) <= train_cores:
+        raise SystemExit(f"--train-cores {train_cores}: this machine has {len(cores)} core(s); a CPU node needs one")
+    train, cpu = set(cores[:train_cores]), set(cores[train_cores:])
+    world = TwoNodes(train, cpu)
     try:
         x, y = (torch.from_numpy(a) for a in digits(rows))
         spec = DataSpec("classification", (64,), 10)
@@ -165,19 +217,29 @@ def heavy(rows: int, repeats: int, cpus: int) -> dict:
             write_parquet(Path(tmp), x.numpy(), y.numpy())
             cfg = config.compose({}, config.parse_overrides([
                 "data.name=ray", f"data.path={tmp}", "data.features=[x]", "data.id_column=id",
-                "data.val_fraction=0.01", "data.ray_mode=stream", "data.preprocess=bench.ingest:heavy_batch",
-                f"data.preprocess_concurrency={cpus}"]))
+                "data.val_fraction=0.01", "data.ray_mode=stream", "data.preprocess=bench.heavy_preprocess:heavy_batch",
+                f"data.preprocess_concurrency={len(cores)}", f"data.preprocess_block_rows={block_rows}"]))
+            t0 = time.perf_counter()
+            bundle = build_ray(cfg)  # the driver's counting pass runs the preprocess once (the ids come after it)
+            count_s = time.perf_counter() - t0
             for _ in range(repeats):  # alternate the sides
-                results["dataloader_heavy"].append(train_epoch(mapstyle, cpus))
-                results["ray_stream_heavy"].append(train_epoch(build_ray(cfg), 0))
+                world.pin()  # workers Ray started since
+                results["dataloader_heavy"].append(train_epoch(mapstyle, train_cores))
+                world.pin()
+                results["ray_stream_heavy"].append(train_epoch(bundle, 0))
     finally:
-        ray.shutdown()
+        world.stop()
     med = {side: {k: round(statistics.median(run[k] for run in runs), 4) for k in runs[0]}
            for side, runs in results.items()}
     return {
-        "rows": rows, "repeats": repeats, "spare_cpus": cpus, "global_batch": G,
-        "measured": "median over repeats; sides alternate; one machine (both sides share its cores)",
+        "rows": rows, "repeats": repeats, "global_batch": G, "preprocess_block_rows": block_rows,
+        "training_node": {"cores": sorted(train), "dataloader_workers": train_cores,
+                          "ray_cpus": len(train)},
+        "cpu_node": {"cores": sorted(cpu), "ray_cpus": len(cpu)},
+        "measured": "median over repeats; sides alternate; one epoch each; two Ray nodes on disjoint cores of "
+                    "one machine (CPU affinity)",
         **med,
+        "ray_stream_counting_pass_s": round(count_s, 2),
         "ratio_ray_stream_heavy_vs_dataloader_heavy": round(
             med["ray_stream_heavy"]["samples_per_s"] / med["dataloader_heavy"]["samples_per_s"], 3),
     }
@@ -187,10 +249,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--heavy", action="store_true", help="the CPU-heavy preprocess: DataLoader vs Ray Data")
-    ap.add_argument("--cpus", type=int, default=2, help="--heavy: DataLoader workers = Ray Data preprocess tasks")
+    ap.add_argument("--train-cores", type=int, default=1,
+                    help="--heavy: cores of the training node (= its DataLoader workers); the rest are a CPU node")
+    ap.add_argument("--block-rows", type=int, default=1024, help="--heavy: data.preprocess_block_rows")
     args = ap.parse_args()
     if args.heavy:
-        print(json.dumps(heavy(*((2_000, 2) if args.smoke else (20_000, 3)), args.cpus), indent=2))
+        print(json.dumps(heavy(*((4_000, 2) if args.smoke else (20_000, 3)), args.train_cores, args.block_rows),
+                         indent=2))
         return
     rows, repeats = (8_000, 2) if args.smoke else (200_000, 3)
 

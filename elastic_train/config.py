@@ -88,14 +88,22 @@ class DataConfig(Section):
     )
     preprocess_cpus: float = Field(1.0, gt=0.0, description="ray: CPUs per preprocess task (not the trainers').")
     preprocess_concurrency: int | None = Field(None, gt=0, description="ray: preprocess tasks at once; null = auto.")
+    preprocess_block_rows: int | None = Field(
+        1024, gt=0, description="ray: rows per block fed to the preprocess (Ray Data reads small files into few "
+        "blocks, and one block is one task: split, a heavy preprocess runs on many CPUs at once); null = as read."
+    )
     ray_mode: Literal["auto", "materialize", "stream"] = Field(
         "auto", description="ray: materialize (sorted in memory, bitwise resumable), stream (bigger than memory, "
         "exactly once per epoch; needs data.id_column) or auto (stream when the files exceed a quarter of the "
         "object store and data.id_column is set)."
     )
-    ray_prefetch_batches: int = Field(2, ge=0, description="ray, stream: batches each worker reads ahead.")
+    ray_prefetch_batches: int = Field(
+        1, ge=0, le=1, description="ray, stream: batches each worker reads ahead (0 or 1: with 2 or more, Ray 2.60 "
+        "formats batches on as many threads, and a 2-node run lost one batch an epoch in about one epoch of ten)."
+    )
     ray_shuffle_buffer: int | None = Field(
-        None, gt=0, description="ray, stream: rows in each worker's local shuffle buffer (null = block order only)."
+        None, gt=0,
+        description="ray, stream: rows in each worker's local shuffle buffer (null = the seeded file order only).",
     )
     trace_path: str | None = Field(
         None, description="Debug: append the sample ids each worker consumes per step to PATH.rank<r> (JSONL)."

@@ -11,8 +11,21 @@
 Only torch and numpy here (no Ray, no MLflow, no pydantic at run time).
 """
 
-from elastic_train.data.batching import BatchPlan
-from elastic_train.data.registry import BUILTIN, build_data
-from elastic_train.data.spec import DataBundle, DataSpec, TensorSet, as_numpy_example, describe
+from __future__ import annotations
 
-__all__ = ["BUILTIN", "BatchPlan", "DataBundle", "DataSpec", "TensorSet", "as_numpy_example", "build_data", "describe"]
+import importlib
+from typing import Any
+
+# Imported on first use (PEP 562), not with the package: Ray Data's tasks unpickle the stream's row filter, which
+# imports elastic_train.data.ids (numpy only), and an eager import here made each of them import torch first.
+_EXPORTS = {
+    "BatchPlan": "batching", "BUILTIN": "registry", "build_data": "registry", "DataBundle": "spec",
+    "DataSpec": "spec", "TensorSet": "spec", "as_numpy_example": "spec", "describe": "spec",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

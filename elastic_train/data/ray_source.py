@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,8 +39,9 @@ import pyarrow.fs
 import torch
 
 from elastic_train.data import filesystems
+from elastic_train.data.ids import val_mask
 from elastic_train.data.spec import DataBundle, DataSpec, SourceInfo, StreamSplit, TensorSet, split_indices
-from elastic_train.data.stream import check_stream_batches, choose_mode, val_mask
+from elastic_train.data.stream import check_stream_batches, choose_mode
 from elastic_train.errors import ConfigError
 from elastic_train.plugins import resolve_import
 
@@ -222,7 +223,8 @@ def build_materialized(job: JobConfig, found: RayFiles) -> DataBundle:
     cfg = job.data
     ds = _read(cfg.format, found)
     if cfg.preprocess:
-        ds = _preprocessed(ds, cfg.preprocess, cfg.preprocess_cpus, cfg.preprocess_concurrency)
+        ds = _preprocessed(ds, cfg.preprocess, cfg.preprocess_cpus, cfg.preprocess_concurrency,
+                           cfg.preprocess_block_rows)
     columns = [*cfg.features, cfg.label, *([cfg.id_column] if cfg.id_column else [])]
     try:
         with _quiet_ray_data():
@@ -251,7 +253,7 @@ def build_materialized(job: JobConfig, found: RayFiles) -> DataBundle:
     return DataBundle(TensorSet(x[tr], y[tr]), TensorSet(x[va], y[va]), spec, info, source)
 
 
-def _read(fmt: str, found: RayFiles, preserve_order: bool = True) -> Any:
+def _read(fmt: str, found: RayFiles, preserve_order: bool = True, file_seed: int | None = None) -> Any:
     import ray.data
 
     ctx = ray.data.DataContext.get_current()
@@ -267,16 +269,37 @@ def _read(fmt: str, found: RayFiles, preserve_order: bool = True) -> Any:
     }
     if fmt == "images":
         kwargs["include_paths"] = True
+    if file_seed is not None:
+        kwargs["shuffle"] = ray.data.FileShuffleConfig(seed=file_seed)
     return readers[fmt](found.files, **kwargs)
 
 
-def _preprocessed(ds: Any, preprocess: str, cpus: float, concurrency: int | None) -> Any:
+def _preprocessed(ds: Any, preprocess: str | None, cpus: float, concurrency: int | None, block_rows: int | None,
+                  then: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None) -> Any:
     """``data.preprocess`` as ``map_batches`` on Ray's CPU slots, ``cpus`` each, at most ``concurrency`` tasks at
     once (as Ray Data's compute strategy: ``concurrency=`` is deprecated since Ray 2.51 and warns on every run;
-    None: Ray decides). The materialised and the streamed builds share it."""
+    None: Ray decides), followed by ``then`` in the same task. The materialised and the streamed builds share it.
+
+    Ray Data reads small files into few blocks (Ray 2.60 reads a few MB of Parquet files as one block, whatever
+    ``override_num_blocks`` says), and one block is one map task: a CPU-heavy preprocess ran as one task on one
+    CPU whatever the cluster had. ``block_rows`` first splits the read blocks (a streaming repartition fused into
+    the read: no barrier), so the preprocess fans out over the cluster's CPUs. ``then`` (the stream's row
+    filter) runs inside the preprocess's task rather than as an operator of its own, which would take a CPU slot
+    per block from the preprocess and copy every block once more."""
     import ray.data
 
-    fn = resolve_import(preprocess, "data.preprocess")
+    fn = resolve_import(preprocess, "data.preprocess") if preprocess else None
+    if fn is None:
+        return ds if then is None else ds.map_batches(then, batch_format="numpy", zero_copy_batch=True)
+    if block_rows:
+        ds = ds.repartition(target_num_rows_per_block=block_rows)
+    if then is not None:
+        user = fn
+
+        def fn(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return then(user(batch))
+
+        fn.__name__ = getattr(user, "__name__", "preprocess")  # Ray Data names the operator after it
     compute = ray.data.TaskPoolStrategy(size=concurrency) if concurrency else None
     return ds.map_batches(fn, batch_format="numpy", num_cpus=cpus, compute=compute)
 
@@ -382,8 +405,9 @@ class StreamSource:
     preprocess_concurrency: int | None
     val_fraction: float
     seed: int
-    prefetch_batches: int = 2
+    prefetch_batches: int = 1
     shuffle_buffer: int | None = None
+    preprocess_block_rows: int | None = None
 
     @classmethod
     def of(cls, job: JobConfig, found: RayFiles) -> StreamSource:
@@ -391,23 +415,23 @@ class StreamSource:
         assert c.id_column is not None
         return cls(c.format, found, list(c.features), c.label, c.id_column, c.feature_shape, c.preprocess,
                    c.preprocess_cpus, c.preprocess_concurrency, c.val_fraction, job.seed, c.ray_prefetch_batches,
-                   c.ray_shuffle_buffer)
+                   c.ray_shuffle_buffer, c.preprocess_block_rows)
 
     @property
     def columns(self) -> list[str]:
         return [*self.features, self.label, self.id_column]
 
-    def base(self) -> Any:
-        """read -> optional preprocess (map_batches on Ray's CPU slots), no order kept: it is streamed."""
+    def base(self, file_seed: int | None = None, then: Any = None) -> Any:
+        """read -> optional preprocess (map_batches on Ray's CPU slots) -> ``then``; no order kept: it is streamed.
+        ``file_seed``: the files are read in an order drawn from it (Ray Data's file shuffle)."""
         log = logging.getLogger("ray.data")
         if log.getEffectiveLevel() < logging.WARNING:  # Ray Data's plan lines, in every worker
             log.setLevel(logging.WARNING)
-        ds = _read(self.fmt, self.found, preserve_order=False)
-        if self.preprocess:
-            ds = _preprocessed(ds, self.preprocess, self.preprocess_cpus, self.preprocess_concurrency)
-        return ds
+        ds = _read(self.fmt, self.found, preserve_order=False, file_seed=file_seed)
+        return _preprocessed(ds, self.preprocess, self.preprocess_cpus, self.preprocess_concurrency,
+                             self.preprocess_block_rows, then)
 
-    def part(self, part: str, exclude: np.ndarray | None = None) -> Any:
+    def part(self, part: str, exclude: np.ndarray | None = None, file_seed: int | None = None) -> Any:
         """The rows of ``part`` ("train" or "val", by a seeded hash of the id), less the ids in ``exclude``."""
         columns, id_column, fraction, seed, want_val = self.columns, self.id_column, self.val_fraction, self.seed, \
             part == "val"
@@ -420,14 +444,15 @@ class StreamSource:
                 keep &= ~np.isin(ids, excluded, assume_unique=False)
             return {c: batch[c][keep] for c in columns}
 
-        return self.base().map_batches(pick, batch_format="numpy", zero_copy_batch=True)
+        return self.base(file_seed, then=pick)
 
     def split(self, part: str, epoch: int, seed: int, world: int, exclude: np.ndarray | None,
               equal: bool) -> list[Any]:
-        ds = self.part(part, exclude)
-        if part == "train":
-            ds = ds.randomize_block_order(seed=(seed * 1_000_003 + epoch) % 2**31)
-        return ds.streaming_split(world, equal=equal)
+        """The epoch's ``world`` iterators. The training files are read in an order drawn from (seed, epoch); no
+        ``randomize_block_order``: it is an all-to-all barrier that holds the whole epoch in the object store
+        before the first batch (measured: first batch after the last block's preprocess)."""
+        file_seed = (seed * 1_000_003 + epoch) % 2**31 if part == "train" else None
+        return self.part(part, exclude, file_seed).streaming_split(world, equal=equal)
 
     def batches(self, it: Any, batch_size: int, prefetch: int, shuffle_buffer: int | None,
                 shuffle_seed: int | None) -> Iterator[tuple[torch.Tensor, torch.Tensor, np.ndarray]]:

@@ -17,7 +17,6 @@ rows land in which step depends on Ray Data's scheduling.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -62,23 +61,6 @@ def check_stream_batches(global_batch: int, min_workers: int, max_workers: int) 
                           f"needs it divisible by every world size; not by {uneven}")
 
 
-def val_mask(ids: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:
-    """True for the ids held out for validation: a seeded hash of each id, so the split needs no count and no
-    order (a streamed data set cannot be permuted as a whole)."""
-    ids = np.asarray(ids)
-    if ids.dtype.kind in "iu":
-        with np.errstate(over="ignore"):  # splitmix64: wrap-around arithmetic is the point
-            z = ids.astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (seed + 1)) % 2**64)
-            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            z = z ^ (z >> np.uint64(31))
-        u = (z >> np.uint64(11)).astype(np.float64) / float(2**53)
-    else:
-        u = np.array([int.from_bytes(hashlib.blake2b(f"{seed}\0{i}".encode(), digest_size=8).digest(), "little")
-                      / 2**64 for i in ids.tolist()], dtype=np.float64)
-    return u < val_fraction
-
-
 class ConsumedIds:
     """The ids one rank consumed in the epoch in progress, per step (a step prepared ahead is not yet consumed)."""
 
@@ -120,7 +102,7 @@ class StreamData:
         assert isinstance(bundle.train, StreamSplit) and isinstance(bundle.val, StreamSplit)
         self.bundle, self.plan, self.rank, self.seed, self.device = bundle, plan, rank, seed, device
         self.source = bundle.train.source
-        self.prefetch_batches = getattr(self.source, "prefetch_batches", 2)
+        self.prefetch_batches = getattr(self.source, "prefetch_batches", 1)
         self.shuffle_buffer = getattr(self.source, "shuffle_buffer", None)
         self.consumed = ConsumedIds()
         self._restored: dict[str, Any] | None = None

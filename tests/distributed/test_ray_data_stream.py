@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elastic_train.data.stream import val_mask
+from elastic_train.data.ids import val_mask
 from tests.conftest import tiny
 from tests.distributed.conftest import run_job
 from tests.helpers.embedded_job import run_embedded
@@ -37,8 +37,11 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
     marker, trace = tmp_path / "fault-fired", tmp_path / "trace"
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=8,rank=1,marker={marker},mode=exit")
     logs = WorkerLogs(ray_session)
+    # with a preprocess over blocks split to 100 rows: the repartition and the row filter fused into its task
     summary = run_job(home, "stream-fault", *stream_overrides(tmp_path / "digits", trace),
-                      "checkpoint.every_steps=3", "train.epochs=2")
+                      "checkpoint.every_steps=3", "train.epochs=2",
+                      "data.preprocess=tests.helpers.ray_data:scale_pixels", "data.features=[x]",
+                      "data.preprocess_block_rows=100")
     out = capsys.readouterr().out
     assert "execution finished" not in out and "Progress bars disabled" not in out  # Ray Data's lines: quiet
     assert marker.exists(), "the fault never fired"

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from elastic_train.data.batching import BatchPlan
+from elastic_train.data.ids import val_mask
 from elastic_train.data.spec import DataBundle, DataSpec, StreamSplit
-from elastic_train.data.stream import ConsumedIds, StreamData, check_stream_batches, choose_mode, val_mask
+from elastic_train.data.stream import ConsumedIds, StreamData, check_stream_batches, choose_mode
 from elastic_train.errors import ConfigError
 
 MB = 1_000_000
@@ -148,3 +149,14 @@ def test_a_stream_needs_a_cpu_the_workers_leave(cpus, workers, ok):
         with pytest.raises(ConfigError) as e:
             _check_stream_cpus(cfg, report)
         assert e.value.field == "scaling.num_workers" and "Ray Data" in str(e.value)
+
+
+def test_the_row_filter_ray_data_tasks_unpickle_imports_no_torch():
+    """Ray Data's tasks unpickle the stream's row filter and import what it references: elastic_train.data.ids.
+    Through an eager package __init__ that was torch, a second or more in every new Ray Data worker process."""
+    import subprocess
+    import sys
+
+    code = "import sys, elastic_train.data.ids; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
