@@ -3,14 +3,16 @@
 One multi-node ``ray.cluster_utils.Cluster`` (a head and one worker node, 1 CPU each), one real ``mlflow server``
 and one fault-free reference run serve every seed. Each seed drives ``python -m jobs.train`` as a subprocess
 with ``scaling.num_workers=[1,2]`` over 2 epochs (22 steps, a checkpoint every 5) and fires three faults drawn
-from it (bench/chaos.py ``draw_schedule``); between them the seeds cover every kind but ``pair`` and ``node``
-(``drain`` removes and re-adds a node after its preemption checkpoint; the long campaign draws all eight):
+from it (bench/chaos.py ``draw_schedule``); between them the seeds cover every kind but ``node`` (``drain``
+removes and re-adds a node after its preemption checkpoint; the long campaign draws all eight):
 
     22: mlflow outage at 7, death inside a checkpoint save at 9, driver SIGKILLed at 15 and resumed by name
     12: rank 1 raises at 2, a node drained for preemption at 6 (removed, re-added at 9), mlflow outage at 10
+     5: (worker kinds only) a pair at 9 and 10, closer than the 5-step checkpoint interval; a death inside a
+        checkpoint save at 13
 
-Seed 12 runs in ``make test`` (138 s for the module on the idle 2-core box, with the world and the reference run
-it shares, 2026-12-03; the sweep tests got ~150 s faster the same day); seed 22 in ``make test-long`` too.
+Seeds 12 and 5 run in ``make test`` (seed 5 alone, with the world and the reference run: 82 s on the idle
+2-core box, 2026-12-03; ~45 s more than seed 12 alone, since they share both); seed 22 in ``make test-long`` too.
 The end checks are bench/chaos.py's (``passed``): the run finished, every fault fired, every epoch consumed
 every sample exactly once, the train loss within 1e-4 relative of the reference (params bitwise equal when the
 world size never changed), one MLflow run FINISHED with every step's metrics once and ``restarts`` right, and
@@ -27,7 +29,8 @@ import pytest
 # 600 s, the suite's default per-test limit, so this module has its own
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-SEEDS = {22: {"mlflow", "save", "driver"}, 12: {"raise", "drain", "mlflow"}}
+SEEDS = {22: {"mlflow", "save", "driver"}, 12: {"raise", "drain", "mlflow"}, 5: {"pair", "save"}}
+WORKER_ONLY = {5}  # drawn from the worker kinds only (restarts inside one driver: the cheap seed)
 EPOCHS, WORKERS, EVERY, DELAY = 2, 2, 5, 0.1
 
 
@@ -43,13 +46,18 @@ def world(tmp_path_factory):
 @pytest.mark.parametrize("seed", [
     # raise, drain, mlflow: in `make test` (138 s for the module on the idle box; 14 min at a load of 25-45)
     12,
+    # two workers killed one step apart (a pair: closer than a checkpoint interval) at 9-10, a death inside a
+    # checkpoint save at 13: worker kinds only, in `make test`
+    5,
     # mlflow, save, driver: `make test-long`; it found the orphaned sender (tests/e2e/test_orphan_sender.py)
     pytest.param(22, marks=pytest.mark.long),
 ])
 def test_a_short_mixed_fault_campaign_survives_and_loses_nothing(world, seed):
-    from bench.chaos import campaign, passed
+    from bench.chaos import KINDS, WORKER_KINDS, campaign, passed
 
-    report = campaign(world, seed, n_faults=3, epochs=EPOCHS, workers=WORKERS, every=EVERY, delay=DELAY)
+    kinds = WORKER_KINDS if seed in WORKER_ONLY else KINDS
+    report = campaign(world, seed, n_faults=3, epochs=EPOCHS, workers=WORKERS, every=EVERY, delay=DELAY,
+                      kinds=kinds)
     if problems := passed(report):
         pytest.fail(f"{problems}\n{json.dumps(report, indent=1)}")
     t = report["totals"]
