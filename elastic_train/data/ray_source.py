@@ -389,9 +389,9 @@ def _first_line(e: BaseException) -> str:
 class StreamSource:
     """Everything a worker needs to read its share of a streamed split (picklable: it travels in the bundle).
 
-    Per epoch, rank 0 builds ``read -> [preprocess] -> keep this part's rows (and drop the ids already consumed)
-    -> randomize_block_order(seed, epoch) -> streaming_split(world)`` and broadcasts the split's iterators
-    (:class:`~elastic_train.data.stream.StreamData`); every rank reads its own with ``iter_batches``.
+    Per epoch, rank 0 builds ``read (files in an order drawn from (seed, epoch)) -> [split blocks, preprocess] ->
+    keep this part's rows (and drop the ids already consumed) -> streaming_split(world)`` and broadcasts the split's
+    iterators (:class:`~elastic_train.data.stream.StreamData`); every rank reads its own with ``iter_batches``.
     """
 
     fmt: str
