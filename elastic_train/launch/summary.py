@@ -119,6 +119,8 @@ def teardown_phases(ctx: RunContext, outcome: Outcome, parts: dict[str, float], 
     if outcome.ended is None:
         return {"teardown": parts["teardown_s"]}
     if last is not None:
+        if book.get("finalize_s"):
+            out["final summary + tracking flush"] = book["finalize_s"]
         out["workers stop"] = max(0.0, outcome.ended - last)
     since = next((n for n in ("fit", "checkpoint check") if tl is not None and tl.at(n) is not None), None)
     if tl is not None and since is not None:

@@ -8,8 +8,9 @@ charges the failure: the time from the last heartbeat before it to the first ste
 The book's totals are the run's, cumulative over job resumes (they travel in every checkpoint).
 :func:`wall_parts` turns one driver's book into named parts of *that driver's* wall, from its launch to its
 end, which add up to it (DESIGN invariant 9): startup (launch to the first training loop), productive steps,
-checkpoint saves, validation, restart/recompute lost, teardown (after training's last sign of life), and what
-falls between them (``other_s``: the metric work just before a checkpoint, a few milliseconds each).
+checkpoint saves, validation, restart/recompute lost, teardown (after training's last sign of life, and the
+run summary inside the final checkpoint: the tracking flush and final hashes), and what falls between them
+(``other_s``: the metric work just before a checkpoint, a few milliseconds each).
 
 :class:`GoodputReporter` is the book together with its ledger; the ledger is any object with ``put`` and
 ``get`` (worker.py wraps the Ray actor handle), so nothing here imports Ray.
@@ -39,6 +40,7 @@ class GoodputBook:
     launched: float | None = None  # unix time the driver was launched (its wall and startup count from here)
     loop_started_unix: float | None = None  # the first training loop's start in this driver
     driver_base: Goodput | None = None  # totals as this driver found them (a resumed job carries earlier ones)
+    finalize_s: float = 0.0  # this driver's run summary inside the final checkpoint (tracking flush): teardown
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,7 +146,8 @@ def wall_parts(launched: float, ended: float, book: dict[str, Any] | None, fit_e
             parts[key] = max(0.0, getattr(b.totals, key) - getattr(base, key))
         loop_start = min(max(b.loop_started_unix, launched), ended)
         parts["startup_s"] = loop_start - launched
-        parts["teardown_s"] = ended - min(max(b.last_time, loop_start), ended)
+        last = min(max(b.last_time, loop_start), ended)
+        parts["teardown_s"] = ended - last + min(b.finalize_s, last - loop_start)
     parts["other_s"] = max(0.0, wall - sum(parts.values()))
     out: dict[str, float] = {"wall_s": wall, **parts}
     out["goodput_ratio"] = parts["productive_s"] / wall if wall > 0 else 0.0

@@ -80,6 +80,7 @@ class Session:
         self.throughput = metric_math.Throughput()
         self.restored = False
         self._eval_s = 0.0
+        self._finalize_s = 0.0
         self._build(record)
         host.fault.note("built")
 
@@ -256,7 +257,8 @@ class Session:
                                                     "ray_train_run_id": self.host.ray_train_run_id})
         self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
-        blocked = time.perf_counter() - t0
+        blocked = time.perf_counter() - t0 - self._finalize_s  # the final flush is teardown, not a checkpoint
+        book.finalize_s += self._finalize_s
         book.heartbeat(time.time(), p.global_step, 0.0, max(0.0, blocked - self._eval_s), self._eval_s)
         self.goodput.push(force=True)
         self.policy.checkpointed()
@@ -279,8 +281,11 @@ class Session:
             + " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith(("val_", "train_loss")))
             + f" [checkpoint: {reason}]"
         )
+        self._finalize_s = 0.0
         if final:
+            t0 = time.perf_counter()
             metrics.update(self._final_metrics())
+            self._finalize_s = time.perf_counter() - t0  # goodput: teardown (tracking flush, final hashes)
         return metrics
 
     def _evaluate(self) -> dict[str, float]:

@@ -50,6 +50,21 @@ def test_a_clean_run_is_startup_steps_checkpoint_eval_and_teardown():
     assert book.totals.startup_s == pytest.approx(25.0)  # the worker's own book counts from the launch too
 
 
+def test_the_final_checkpoints_tracking_flush_is_teardown_not_checkpoint_time():
+    book = GoodputBook(launched=T0)
+    book.begin_attempt(T0 + 20.0, 2, None, None, [])
+    book.loop_started(T0 + 25.0)
+    t = _train(book, T0 + 25.0, range(1, 11))
+    book.finalize_s += 1.0  # the run summary inside the final checkpoint (session.py: MLflow flush, hashes)
+    book.heartbeat(t + 2.5, 10, 0.0, 0.5, 1.0)  # 1 s validation, 0.5 s save + report, 1 s summary
+    parts = wall_parts(T0, T0 + 44.5, book.to_dict(), fit_ended=T0 + 40.0)
+    _assert_honest(parts, 44.5)
+    assert parts["checkpoint_s"] == pytest.approx(0.5)
+    assert parts["teardown_s"] == pytest.approx(44.5 - 37.5 + 1.0) and parts["other_s"] == pytest.approx(0.0)
+    old = {k: v for k, v in book.to_dict().items() if k != "finalize_s"}  # a book from before the field
+    assert wall_parts(T0, T0 + 44.5, old)["teardown_s"] == pytest.approx(7.0)
+
+
 def test_a_restarted_run_names_the_lost_time_and_still_adds_up():
     book = GoodputBook(launched=T0)
     book.begin_attempt(T0 + 10.0, 2, None, None, [])
