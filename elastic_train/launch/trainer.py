@@ -14,6 +14,7 @@ from elastic_train.launch.context import RunContext
 from elastic_train.launch.controller import ControllerPriority
 from elastic_train.launch.preflight import worker_resources
 from elastic_train.launch.storage import ray_storage
+from elastic_train.train.warmup import WorkerWarmup
 from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
 
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
@@ -80,7 +81,7 @@ def build_trainer(
                 checkpoint_score_attribute=cfg.checkpoint.score,
                 checkpoint_score_order=cfg.checkpoint.score_mode,
             ),
-            callbacks=[ControllerPriority(), *(callbacks or [])],
+            callbacks=[ControllerPriority(), WorkerWarmup(), *(callbacks or [])],
             worker_runtime_env={"env_vars": env_vars} if env_vars else None,
             # Ray Train's INFO lines repeat every report; our workers print restarts and resizes themselves.
             logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),

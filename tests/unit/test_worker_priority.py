@@ -36,3 +36,48 @@ def test_every_thread_of_a_nice_15_worker_goes_back_to_0_and_new_threads_inherit
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0", "0", "0"], out.stdout
+
+
+WARM_CHILD = r"""
+import os, sys, threading
+os.setpriority(os.PRIO_PROCESS, 0, 15)  # as the raylet starts a worker
+from elastic_train.train.warmup import WorkerWarmup
+assert "torch._dynamo" not in sys.modules and "elastic_train.train.worker" not in sys.modules
+WorkerWarmup().after_init_train_context()  # what Ray Train calls on each worker before the process group
+nice = os.getpriority(os.PRIO_PROCESS, 0)
+warm = next(t for t in threading.enumerate() if t.name == "elastic-train-warmup")
+warm.join(timeout=120)
+print(nice, "torch._dynamo" in sys.modules, "elastic_train.train.worker" in sys.modules)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                    reason="per-thread niceness is Linux's; lowering it needs root (CAP_SYS_NICE)")
+def test_the_worker_warmup_lowers_niceness_and_imports_what_the_training_function_needs_in_a_thread():
+    out = subprocess.run([sys.executable, "-c", WARM_CHILD], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", "True", "True"], out.stdout
+
+
+def test_a_warmup_import_that_fails_stops_quietly_and_says_what_it_imported():
+    from elastic_train.train.warmup import warm_imports
+
+    assert warm_imports(("json", "elastic_train.no_such_module", "csv")) == ["json"]
+
+
+def test_every_run_gives_ray_train_the_worker_warmup_and_the_controller_priority(tmp_path):
+    import time
+    import types
+
+    from elastic_train import config
+    from elastic_train.launch.controller import ControllerPriority
+    from elastic_train.launch.trainer import build_trainer
+    from elastic_train.train.warmup import WorkerWarmup
+
+    cfg = config.compose({}, config.parse_overrides([]))
+    ctx = types.SimpleNamespace(cfg=cfg, run_name="warm", storage_path=str(tmp_path), use_gpu=False, tracking=None,
+                                fault=None, started=time.time())
+    kinds = [type(c) for c in build_trainer(ctx).run_config.callbacks]
+    assert ControllerPriority in kinds and WorkerWarmup in kinds

@@ -1,0 +1,45 @@
+"""A training worker's own start-up, overlapped with Ray Train's (a Ray Train worker callback).
+
+Ray Train starts a worker group in round trips from its controller: create the actors, initialise each one's
+train context, form the torch process group (a rendezvous of every rank), then dispatch the training function.
+After that, the first thing our function pays that is not ours to cut is torch's: the first
+``DistributedDataParallel`` of a process (FSDP's ``fully_shard`` alike) imports ``torch._dynamo``, 1.4-2 s of
+CPU on one core, every time a worker group (re)starts (bench/recovery.py, ``build_s``).
+
+:class:`WorkerWarmup` runs on every worker as soon as its train context exists (``after_init_train_context``,
+before the process group), puts the process at niceness 0 (priority.py: Ray starts it at 15, and the rest of
+the start-up then competes with nice-0 daemons), and starts a daemon thread that imports the worker module and
+``torch._dynamo`` while the process group forms and the function is dispatched. The training function's own
+imports then find them done (or wait on Python's module lock for the thread to finish them; nothing is imported
+twice). Kept light: each worker imports this module to unpickle the callback.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ray.train.v2._internal.execution.callback import WorkerCallback
+
+from elastic_train.train.priority import normal_priority
+
+WARM_MODULES = ("elastic_train.train.worker", "torch._dynamo")  # in the order the training function needs them
+
+
+class WorkerWarmup(WorkerCallback):
+    def after_init_train_context(self) -> None:
+        normal_priority()
+        threading.Thread(target=warm_imports, name="elastic-train-warmup", daemon=True).start()
+
+
+def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
+    """Import ``modules`` (a warm-up: a failure here is left for the training function to meet and report)."""
+    import importlib
+
+    done = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            done.append(name)
+        except Exception:  # noqa: BLE001 - the real import, in the training function, raises it properly
+            break
+    return done
