@@ -76,8 +76,9 @@ class WorkerData:
             return x, y
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def epoch(self, epoch: int, start_step: int = 0) -> Iterator[tuple[int, list[Batch]]]:
-        """Yield ``(step, micro-batches)`` from ``start_step``; batches are already on the device."""
+    def epoch(self, epoch: int, start_step: int = 0, then: int | None = None) -> Iterator[tuple[int, list[Batch]]]:
+        """Yield ``(step, micro-batches)`` from ``start_step``; batches are already on the device. (``then``, the
+        epoch asked for next, matters to streamed sources only: StreamData starts it early.)"""
         if isinstance(self.train, TensorSet):
             source = self._tensor_steps
         elif hasattr(self.train, "gather"):  # memory-mapped windows: a vectorised read per micro-batch

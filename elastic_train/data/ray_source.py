@@ -41,7 +41,7 @@ import torch
 from elastic_train.data import filesystems
 from elastic_train.data.ids import val_mask
 from elastic_train.data.spec import DataBundle, DataSpec, SourceInfo, StreamSplit, TensorSet, split_indices
-from elastic_train.data.stream import check_stream_batches, choose_mode
+from elastic_train.data.stream import batch_tensors, check_stream_batches, choose_mode
 from elastic_train.errors import ConfigError
 from elastic_train.plugins import resolve_import
 
@@ -463,17 +463,7 @@ class StreamSource:
             yield x, y, np.asarray(batch[self.id_column])
 
     def tensors(self, batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-        n = len(batch[self.label])
-        feats = []
-        for c in self.features:
-            col = batch[c]
-            if col.dtype == object:
-                col = np.stack([np.asarray(v) for v in col]) if n else np.zeros((0, 1))
-            feats.append(col.reshape(n, -1).astype(np.float32))
-        x = torch.from_numpy(np.concatenate(feats, axis=1) if len(feats) > 1 else feats[0])
-        if self.feature_shape:
-            x = x.reshape(n, *self.feature_shape)
-        return x, torch.from_numpy(np.asarray(batch[self.label]).astype(np.int64))
+        return batch_tensors(batch, self.features, self.label, self.feature_shape)
 
 
 def build_stream(job: JobConfig, found: RayFiles, why: str) -> DataBundle:

@@ -173,7 +173,8 @@ class Session:
         first = True
         while not self.budget.done(p):
             self.console.epoch_bar(p.epoch, self.budget.epochs, steps_per_epoch, p.step_in_epoch)
-            for micro in self._timed(self.data.epoch(p.epoch, p.step_in_epoch)):
+            then = p.epoch + 1 if p.epoch + 1 < self.budget.epochs else None  # a stream starts it early
+            for micro in self._timed(self.data.epoch(p.epoch, p.step_in_epoch, then)):
                 sync = self.policy.is_sync_point(p.global_step + 1, (p.step_in_epoch + 1) % steps_per_epoch)
                 result = train_step(
                     self.model, micro, self.state.optimizer, self.state.scheduler, self.precision,

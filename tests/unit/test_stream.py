@@ -160,3 +160,69 @@ def test_the_row_filter_ray_data_tasks_unpickle_imports_no_torch():
     code = "import sys, elastic_train.data.ids; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+class RecordingSource(FakeSource):
+    """FakeSource that records when each epoch's split is built and when its first batch is pulled."""
+
+    def __init__(self, n: int, fail_epoch: int | None = None):
+        super().__init__(n)
+        self.events: list[tuple[str, int]] = []
+        self.fail_epoch = fail_epoch
+
+    def split(self, part, epoch, seed, world, exclude, equal):
+        self.events.append(("split", epoch))
+        return [(epoch, ids) for ids in super().split(part, epoch, seed, world, exclude, equal)]
+
+    def batches(self, it, batch_size, prefetch, shuffle_buffer, seed) -> Iterator:
+        epoch, ids = it
+        self.events.append(("pull", epoch))
+        if epoch == self.fail_epoch:
+            raise OSError(f"the files of epoch {epoch} are gone")
+        yield from super().batches(ids, batch_size, prefetch, shuffle_buffer, seed)
+
+
+def recording_data(src: RecordingSource, g: int) -> StreamData:
+    split = StreamSplit(src, src.n, np.zeros((1, 1), np.float32))
+    return StreamData(DataBundle(split, split, DataSpec("classification", (1,), 2)), BatchPlan(g, 1), 0, seed=0,
+                      device=torch.device("cpu"))
+
+
+def served_ids(steps) -> list[list[int]]:
+    return [[int(v) for x, _ in micro for v in x[:, 0].tolist()] for _, micro in steps]
+
+
+def test_the_next_epoch_starts_half_way_through_this_one_and_serves_the_same_rows():
+    n, g = 200, 10
+    src = RecordingSource(n)
+    data = recording_data(src, g)
+    first = []
+    for step, micro in data.epoch(0, then=1):
+        first.append(micro)
+        if step == n // g // 2 - 1:  # the step before half-way: epoch 1 not started yet
+            assert ("split", 1) not in src.events
+    assert src.events.index(("split", 1)) < len(src.events)  # built during epoch 0 ...
+    data._ahead._thread.join(timeout=10)
+    assert ("pull", 1) in src.events  # ... and its first batch pulled before epoch 1 was asked for
+    ahead = served_ids(data.epoch(1))
+    assert src.events.count(("split", 1)) == 1  # epoch 1 used the split built ahead
+    fresh = served_ids(recording_data(RecordingSource(n), g).epoch(1))
+    assert ahead == fresh and len(ahead) == n // g  # the same rows in the same steps as without the lookahead
+
+
+def test_a_resume_mid_epoch_drops_the_split_built_ahead():
+    src = RecordingSource(100)
+    data = recording_data(src, 10)
+    for _ in data.epoch(0, then=1):
+        pass
+    data.restore({"epoch": 1, "step": 2, "ids": np.arange(20)})  # as if the run resumed at epoch 1 step 2
+    rest = served_ids(data.epoch(1, start_step=2))
+    assert src.events.count(("split", 1)) == 2 and len(rest) == 8
+    assert not set(range(20)) & {i for step in rest for i in step}
+
+
+def test_an_error_reading_the_next_epoch_ahead_is_raised_when_that_epoch_starts():
+    data = recording_data(RecordingSource(100, fail_epoch=1), 10)
+    assert len(served_ids(data.epoch(0, then=1))) == 10  # epoch 0 trains in full
+    with pytest.raises(OSError, match="epoch 1 are gone"):
+        next(data.epoch(1))
