@@ -355,3 +355,19 @@ def test_bench_gpu_smoke_runs_with_torch_alone(tmp_path):
         assert result[key]["tokens_per_second"] > 0 and 0 < result[key]["mfu"] < 1, key
     assert result["engine_vs_plain_mfu_ratio"] > 0 and result["fsdp_vs_ddp_step_time_ratio"] > 0
     assert result["engine"]["data_wait_share"] < 0.5
+
+
+@pytest.mark.subprocess  # python -S bench/gpu_stream.py
+def test_bench_gpu_stream_smoke_runs_with_torch_alone_and_checks_its_rows(tmp_path):
+    """bench/gpu_stream.py drives StreamData (pinning, device copy, lookahead) where only torch and numpy are."""
+    env = torch_alone(tmp_path)
+    out = tmp_path / "stream.json"
+    proc = subprocess.run([sys.executable, "-S", "bench/gpu_stream.py", "--smoke", "--rows", "600", "--epochs", "2",
+                           "--global-batch", "64", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu" and result["checks"] == {
+        "every_micro_batch_on_device": True, "every_id_once_per_epoch": True, "loss_finite": True}
+    for side in ("in_memory", "stream", "stream_no_lookahead"):
+        assert result[side]["samples_per_s"] > 0, side
