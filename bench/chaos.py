@@ -478,12 +478,43 @@ def recovery_phases(fault: dict, markers: Path, until: float | None = None) -> d
     start = max(entered.get("process_start") or entered["at"], fault["unix"])
     built, first = a["built"]["unix"], a["first_step"]["unix"]
     restored = a.get("restored", a["built"])["unix"]
-    return {"recovery_s": round(first - fault["unix"], 2),
-            "steps_lost": max(0, fault["fired_step"] - (a["first_step"]["step"] - 1)),
-            "phases_s": {"ray_restart_s": round(start - fault["unix"], 2),
-                         "worker_setup_s": round(entered["at"] - start, 2),
-                         "build_s": round(built - entered["at"], 2), "restore_s": round(restored - built, 2),
-                         "first_step_s": round(first - restored, 2)}}
+    out = {"recovery_s": round(first - fault["unix"], 2),
+           "steps_lost": max(0, fault["fired_step"] - (a["first_step"]["step"] - 1)),
+           "phases_s": {"ray_restart_s": round(start - fault["unix"], 2),
+                        "worker_setup_s": round(entered["at"] - start, 2),
+                        "build_s": round(built - entered["at"], 2), "restore_s": round(restored - built, 2),
+                        "first_step_s": round(first - restored, 2)}}
+    split = ray_train_phases(fault["unix"], a, markers)
+    if split is not None:
+        out["ray_train_phases_s"] = split
+    return out
+
+
+def ray_train_phases(fault_unix: float, attempt: dict[str, dict], markers: Path) -> dict | None:
+    """``ray_restart_s`` + ``worker_setup_s`` split at the Train controller's events (``controller.jsonl``,
+    launch/controller.RestartPhases) and the new rank 0's ``context`` (train/warmup.py): detection (the fault ->
+    the controller's failure decision), teardown (-> the old group shut down), placement (-> the new worker
+    process started: placement group, actor scheduling, process spawn), process start (-> its train context:
+    interpreter, Ray, the worker actor), process group (-> the group ready: torch's rendezvous) and dispatch (->
+    our function entered). None when an event is missing (a driver restart: another controller)."""
+    path = markers / "controller.jsonl"
+    if not path.exists() or "context" not in attempt:
+        return None
+    events = [e for e in read_jsonl([path]) if e["unix"] >= fault_unix]
+    entered, context = attempt["entered"], attempt["context"]
+
+    def after(name: str, t: float | None) -> float | None:
+        return None if t is None else next((e["unix"] for e in events if e["event"] == name and e["unix"] >= t), None)
+
+    decided = after("failure_decision", fault_unix)
+    down = after("shutdown_done", decided)
+    started = context.get("process_start") or entered.get("process_start")
+    ready = after("group_ready", context["unix"])
+    points = [fault_unix, decided, down, started, context["unix"], ready, entered["at"]]
+    if any(p is None for p in points) or any(b < a for a, b in zip(points, points[1:], strict=False)):
+        return None
+    names = ["detection_s", "teardown_s", "placement_s", "process_start_s", "process_group_s", "dispatch_s"]
+    return {n: round(b - a, 2) for n, a, b in zip(names, points, points[1:], strict=False)}
 
 
 def wait_for_senders(world: World, name: str, run_id: str | None) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray.train.v2._internal.execution.callback import ControllerCallback
+from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerGroupCallback
 
 from elastic_train.train.priority import normal_priority
 
@@ -20,3 +20,45 @@ from elastic_train.train.priority import normal_priority
 class ControllerPriority(ControllerCallback):
     def after_controller_start(self, train_run_context: Any) -> None:
         normal_priority()
+
+
+class RestartPhases(ControllerCallback, WorkerGroupCallback):
+    """With ``markers=DIR`` in the fault spec (bench/recovery.py, bench/chaos.py): the controller's side of a
+    restart, one JSON line per event in ``DIR/controller.jsonl`` (unix time), so a recovery splits into Ray
+    Train's phases: ``failure_decision`` (the failure detected), ``shutdown_done`` (the old group torn down),
+    ``group_start`` (placement begins), ``group_ready`` (actors up, process group formed), ``training_started``
+    (the function dispatched). The workers note ``context`` (train/warmup.py) and their own phases
+    (train/faults.py). Best effort: a write that fails is dropped."""
+
+    def __init__(self, markers: str):
+        self.markers = markers
+
+    def _note(self, event: str, **fields: Any) -> None:
+        import json
+        import os
+        import time
+
+        try:
+            os.makedirs(self.markers, exist_ok=True)
+            with open(os.path.join(self.markers, "controller.jsonl"), "a") as f:
+                f.write(json.dumps({"event": event, "unix": time.time(), **fields}) + "\n")
+        except OSError:
+            pass
+
+    def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
+        self._note("failure_decision", decision=str(getattr(failure_decision, "name", failure_decision)))
+
+    def after_worker_group_shutdown(self, worker_group_context: Any) -> None:
+        self._note("shutdown_done")
+
+    def after_worker_group_abort(self, worker_group_context: Any) -> None:
+        self._note("shutdown_done", abort=True)
+
+    def before_worker_group_start(self, worker_group_context: Any) -> None:
+        self._note("group_start", num_workers=getattr(worker_group_context, "num_workers", None))
+
+    def after_worker_group_start(self, worker_group: Any) -> None:
+        self._note("group_ready")
+
+    def after_worker_group_training_start(self, worker_group: Any) -> None:
+        self._note("training_started")

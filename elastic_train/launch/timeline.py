@@ -13,27 +13,12 @@ callers (a sweep trial's ``fit``) need not care.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
+from elastic_train.train.process_info import process_start_unix
 
-def process_start_unix() -> float | None:
-    """This process's start as unix time (Linux: ``/proc/self/stat`` field 22 + boot time); None elsewhere."""
-    try:
-        with open("/proc/self/stat") as f:
-            stat = f.read()
-        # field 2 (comm) is in parentheses and may hold spaces: split after its closing one
-        fields = stat[stat.rindex(")") + 2:].split()
-        ticks = int(fields[19])  # field 22 overall: starttime, in clock ticks since boot
-        with open("/proc/stat") as f:
-            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        start = btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-    now = time.time()
-    # btime is whole seconds and the clock may have been stepped since boot: never a start in the future
-    return min(start, now)
+__all__ = ["Timeline", "begin", "current", "is_program", "mark", "process_start_unix"]
 
 
 @dataclass

@@ -11,9 +11,10 @@ from ray.train.torch import TorchTrainer
 
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
-from elastic_train.launch.controller import ControllerPriority
+from elastic_train.launch.controller import ControllerPriority, RestartPhases
 from elastic_train.launch.preflight import worker_resources
 from elastic_train.launch.storage import ray_storage
+from elastic_train.train.faults import FaultPlan
 from elastic_train.train.warmup import WorkerWarmup
 from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
 
@@ -61,6 +62,8 @@ def build_trainer(
         start_from=start_from,
     )
     env_vars = dict(tracking.env) if tracking else {}
+    markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
+    ours = [ControllerPriority(), WorkerWarmup(markers), *([RestartPhases(markers)] if markers else [])]
     trainer = _Trainer(
         train_loop_per_worker,
         train_loop_config=dict(vars(args)),  # shallow: the ledger is an actor handle
@@ -81,7 +84,7 @@ def build_trainer(
                 checkpoint_score_attribute=cfg.checkpoint.score,
                 checkpoint_score_order=cfg.checkpoint.score_mode,
             ),
-            callbacks=[ControllerPriority(), WorkerWarmup(), *(callbacks or [])],
+            callbacks=[*ours, *(callbacks or [])],
             worker_runtime_env={"env_vars": env_vars} if env_vars else None,
             # Ray Train's INFO lines repeat every report; our workers print restarts and resizes themselves.
             logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),

@@ -26,9 +26,23 @@ WARM_MODULES = ("elastic_train.train.worker", "torch._dynamo")  # in the order t
 
 
 class WorkerWarmup(WorkerCallback):
+    """``markers``: the fault spec's ``markers=DIR`` (restart timing, bench/recovery.py): this worker notes when
+    its train context came up (``context``, with the process start) in ``DIR/phases.rank<R>.jsonl``."""
+
+    def __init__(self, markers: str | None = None):
+        self.markers = markers
+
     def after_init_train_context(self) -> None:
         normal_priority()
         threading.Thread(target=warm_imports, name="elastic-train-warmup", daemon=True).start()
+        if self.markers:
+            import ray.train
+
+            from elastic_train.train.faults import FaultHook, FaultPlan
+            from elastic_train.train.process_info import process_start_unix
+
+            rank = ray.train.get_context().get_world_rank()
+            FaultHook(FaultPlan((), 0.0, self.markers), rank).note("context", process_start=process_start_unix())
 
 
 def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:

@@ -30,6 +30,7 @@ from elastic_train.train.evaluator import evaluate_weights
 from elastic_train.train.faults import FAULT_ENV, FaultHook
 from elastic_train.train.goodput import GoodputReporter
 from elastic_train.train.priority import normal_priority
+from elastic_train.train.process_info import process_start_unix
 from elastic_train.train.session import Host, Session
 from elastic_train.train.state import RunRecord, upload_checkpoint
 from tracking import TrackingSpec, tracker_for
@@ -68,7 +69,7 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
     if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
         _quiet_ray_train_logs()
     host = _host(wargs)
-    host.fault.note("entered", at=entered, process_start=_process_start())
+    host.fault.note("entered", at=entered, process_start=process_start_unix())
     bundle = ray.get(wargs.data_ref) if wargs.data_ref is not None else build_data(cfg)
     record = RunRecord(run_name=wargs.run_name, mlflow_run_id=wargs.tracking.run_id if wargs.tracking else None)
     session = Session(cfg, host, bundle, config=wargs.config, record=record, log_floor=wargs.log_floor)
@@ -163,17 +164,6 @@ def complete_on_storage(fs: Any, path: str) -> bool:
     if not shards:
         return "model.pt" in top
     return ".metadata" in shards and all(any(s.startswith(f"__{r}_") for s in shards) for r in range(world))
-
-
-def _process_start() -> float | None:
-    """This worker process's start (unix time; Linux /proc): the restart phases before our code end here."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: starttime
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):  # not Linux: the phase is folded into the next
-        return None
 
 
 def _host(args: WorkerArgs) -> Host:
