@@ -103,7 +103,11 @@ def write_parquet(folder: Path, x: np.ndarray, y: np.ndarray, files: int = 4) ->
         }), folder / f"part-{i}.parquet")
 
 
-def train_epoch(bundle, loader_workers: int) -> dict[str, float]:
+def train_epoch(bundle, loader_workers: int, epochs: int = 1) -> dict[str, float]:
+    """Train ``epochs`` epochs (the engine's loop asks a stream for the next epoch half-way through this one, so
+    does this). ``samples_per_s`` and ``data_wait_share`` cover them all; with more than one epoch,
+    ``steady_samples_per_s`` covers the epochs after the first (a long run's rate: a stream's first epoch alone
+    pays its execution's start)."""
     from elastic_train.data.batching import BatchPlan
     from elastic_train.data.loader import worker_data
 
@@ -111,26 +115,35 @@ def train_epoch(bundle, loader_workers: int) -> dict[str, float]:
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     data = worker_data(bundle, BatchPlan(G, 1, None), 0, 0, torch.device("cpu"), loader_workers=loader_workers)
-    wait, samples = 0.0, 0
+    wait, samples, per_epoch = 0.0, 0, []
     t0 = time.perf_counter()
-    it = data.epoch(0)
     try:
-        while True:
-            tw = time.perf_counter()
-            nxt = next(it, None)
-            wait += time.perf_counter() - tw
-            if nxt is None:
-                break
-            for x, y in nxt[1]:
-                opt.zero_grad()
-                nn.functional.cross_entropy(model(x), y).backward()
-                opt.step()
-                samples += len(y)
-    finally:  # a Ray Data iterator left open re-initialises Ray from its finaliser once the cluster is gone
-        it.close()
+        for epoch in range(epochs):
+            te, n = time.perf_counter(), samples
+            it = data.epoch(epoch, 0, epoch + 1 if epoch + 1 < epochs else None)
+            try:
+                while True:
+                    tw = time.perf_counter()
+                    nxt = next(it, None)
+                    wait += time.perf_counter() - tw
+                    if nxt is None:
+                        break
+                    for x, y in nxt[1]:
+                        opt.zero_grad()
+                        nn.functional.cross_entropy(model(x), y).backward()
+                        opt.step()
+                        samples += len(y)
+            finally:  # a Ray Data iterator left open re-initialises Ray from its finaliser once the cluster is gone
+                it.close()
+            per_epoch.append((samples - n, time.perf_counter() - te))
+    finally:
         data.close()
     wall = time.perf_counter() - t0
-    return {"samples_per_s": samples / wall, "wall_s": wall, "data_wait_share": wait / wall}
+    out = {"samples_per_s": samples / wall, "wall_s": wall, "data_wait_share": wait / wall}
+    if epochs > 1:
+        out["steady_samples_per_s"] = sum(n for n, _ in per_epoch[1:]) / sum(t for _, t in per_epoch[1:])
+        out["first_epoch_s"] = per_epoch[0][1]
+    return out
 
 
 def _children() -> dict[int, list[int]]:
@@ -196,7 +209,7 @@ class TwoNodes:
         self.cluster.shutdown()
 
 
-def heavy(rows: int, repeats: int, train_cores: int, block_rows: int) -> dict:
+def heavy(rows: int, repeats: int, train_cores: int, block_rows: int, epochs: int) -> dict:
     """DataLoader workers on the training node vs Ray Data's preprocess on the training node's and a CPU node's
     CPUs, on the heavy preprocess (see the module docstring)."""
     from elastic_train import config
@@ -224,24 +237,27 @@ def heavy(rows: int, repeats: int, train_cores: int, block_rows: int) -> dict:
             count_s = time.perf_counter() - t0
             for _ in range(repeats):  # alternate the sides
                 world.pin()  # workers Ray started since
-                results["dataloader_heavy"].append(train_epoch(mapstyle, train_cores))
+                results["dataloader_heavy"].append(train_epoch(mapstyle, train_cores, epochs))
                 world.pin()
-                results["ray_stream_heavy"].append(train_epoch(bundle, 0))
+                results["ray_stream_heavy"].append(train_epoch(bundle, 0, epochs))
     finally:
         world.stop()
     med = {side: {k: round(statistics.median(run[k] for run in runs), 4) for k in runs[0]}
            for side, runs in results.items()}
     return {
-        "rows": rows, "repeats": repeats, "global_batch": G, "preprocess_block_rows": block_rows,
+        "rows": rows, "repeats": repeats, "epochs": epochs, "global_batch": G, "preprocess_block_rows": block_rows,
         "training_node": {"cores": sorted(train), "dataloader_workers": train_cores,
                           "ray_cpus": len(train)},
         "cpu_node": {"cores": sorted(cpu), "ray_cpus": len(cpu)},
-        "measured": "median over repeats; sides alternate; one epoch each; two Ray nodes on disjoint cores of "
-                    "one machine (CPU affinity)",
+        "measured": f"median over repeats; sides alternate; {epochs} epoch(s) each; two Ray nodes on disjoint "
+                    "cores of one machine (CPU affinity)",
         **med,
         "ray_stream_counting_pass_s": round(count_s, 2),
         "ratio_ray_stream_heavy_vs_dataloader_heavy": round(
             med["ray_stream_heavy"]["samples_per_s"] / med["dataloader_heavy"]["samples_per_s"], 3),
+        **({"ratio_steady_ray_stream_heavy_vs_dataloader_heavy": round(
+            med["ray_stream_heavy"]["steady_samples_per_s"] / med["dataloader_heavy"]["steady_samples_per_s"], 3)}
+           if epochs > 1 else {}),
     }
 
 
@@ -252,12 +268,17 @@ def main() -> None:
     ap.add_argument("--train-cores", type=int, default=1,
                     help="--heavy: cores of the training node (= its DataLoader workers); the rest are a CPU node")
     ap.add_argument("--block-rows", type=int, default=1024, help="--heavy: data.preprocess_block_rows")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="epochs per side and repeat (--heavy: 3, --smoke 2; else 1); more than one also reports "
+                         "the rate after the first epoch (steady_samples_per_s)")
     args = ap.parse_args()
     if args.heavy:
-        print(json.dumps(heavy(*((4_000, 2) if args.smoke else (20_000, 3)), args.train_cores, args.block_rows),
-                         indent=2))
+        epochs = args.epochs or (2 if args.smoke else 3)
+        print(json.dumps(heavy(*((4_000, 2) if args.smoke else (20_000, 3)), args.train_cores, args.block_rows,
+                               epochs), indent=2))
         return
     rows, repeats = (8_000, 2) if args.smoke else (200_000, 3)
+    epochs = args.epochs or 1
 
     import ray
 
@@ -281,13 +302,13 @@ def main() -> None:
             results: dict[str, list[dict[str, float]]] = {"in_memory": [], "dataloader": [], "ray_data": [],
                                                           "ray_stream": []}
             for _ in range(repeats):  # alternate the sides
-                results["in_memory"].append(train_epoch(mem, 0))
-                results["dataloader"].append(train_epoch(mapstyle, 2))
+                results["in_memory"].append(train_epoch(mem, 0, epochs))
+                results["dataloader"].append(train_epoch(mapstyle, 2, epochs))
                 for side, c in (("ray_data", cfg), ("ray_stream", stream_cfg)):
                     t0 = time.perf_counter()
                     bundle = build_ray(c)
                     read_s = time.perf_counter() - t0
-                    r = train_epoch(bundle, 0)
+                    r = train_epoch(bundle, 0, epochs)
                     total = r["wall_s"] + read_s
                     results[side].append({**r, "read_s": read_s,
                                           "samples_per_s_with_read": r["samples_per_s"] * r["wall_s"] / total})
@@ -296,13 +317,17 @@ def main() -> None:
     med = {side: {k: statistics.median(run[k] for run in runs) for k in runs[0]} for side, runs in results.items()}
     base = med["dataloader"]["samples_per_s"]
     out = {
-        "rows": rows, "repeats": repeats, "global_batch": G, "measured": "median over repeats; sides alternate",
+        "rows": rows, "repeats": repeats, "epochs": epochs, "global_batch": G,
+        "measured": "median over repeats; sides alternate",
         **{side: {k: round(v, 4) for k, v in m.items()} for side, m in med.items()},
         "ratio_in_memory_vs_dataloader": round(med["in_memory"]["samples_per_s"] / base, 3),
         "ratio_ray_data_vs_dataloader": round(med["ray_data"]["samples_per_s"] / base, 3),
         "ratio_ray_data_with_read_vs_dataloader": round(med["ray_data"]["samples_per_s_with_read"] / base, 3),
         "ratio_ray_stream_vs_dataloader": round(med["ray_stream"]["samples_per_s"] / base, 3),
         "ratio_ray_stream_with_read_vs_dataloader": round(med["ray_stream"]["samples_per_s_with_read"] / base, 3),
+        **({"ratio_steady_ray_stream_vs_dataloader": round(
+            med["ray_stream"]["steady_samples_per_s"] / med["dataloader"]["steady_samples_per_s"], 3)}
+           if epochs > 1 else {}),
     }
     print(json.dumps(out, indent=2))
 
