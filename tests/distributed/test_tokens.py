@@ -72,6 +72,8 @@ def test_one_worker_matches_two_within_1e4(clean):
         assert abs(a - b) / abs(b) < 1e-4, (key, a, b)
 
 
+@pytest.mark.long  # `make test-long` (100 s of two driver runs); make test keeps the crash-and-resume on shards
+# (test_a_step_budget_on_shards_...) and the resize of the same sampler on a cluster (tests/cluster/test_elastic.py)
 def test_a_resize_mid_epoch_serves_every_window_once_and_matches_two_workers(clean, monkeypatch):
     """Invariant 3 across a resize: a 2-worker run fails at step 7 of the 8-step epoch 0 (max_failures=0;
     checkpoints every 2 steps, so whichever one Ray had committed, 2, 4 or 6, is mid-epoch), is resumed on 1

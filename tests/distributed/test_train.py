@@ -82,6 +82,8 @@ def test_one_and_two_workers_give_the_same_train_loss(runs):
     assert abs(a - b) / abs(b) < 1e-4, (a, b)
 
 
+@pytest.mark.long  # `make test-long`; make test runs the same worker kinds (a pair closer than a checkpoint
+# interval, a death in a save) as campaign seed 5 (tests/cluster/test_chaos.py), bitwise against the reference
 def test_three_faults_of_three_kinds_end_bitwise_equal_and_exactly_once(runs, monkeypatch):
     """A fixed fault campaign (the short form of bench/chaos.py): rank 1's process dies at step 8, rank 0 raises
     at step 9 (closer than one checkpoint interval: both restarts resume from step 5), rank 1 dies inside the
