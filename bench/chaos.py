@@ -31,9 +31,11 @@ Phases of one recovery (unix times noted by the workers, ``markers=DIR`` in the 
 ``ray_restart_s`` fault -> new worker process started (Ray: detection, teardown, placement, process start; for
 ``driver`` also our relaunch: a new Python, imports, preflight); ``worker_setup_s`` process start -> our train
 function entered; ``build_s`` -> data and model built (ours); ``restore_s`` -> checkpoint loaded (ours);
-``first_step_s`` -> the first optimizer step done (ours). ``detection_s``: for ``driver`` and the campaign's
-own faults it is 0 by construction (the campaign acts at once); for worker faults Ray's health check (0.2 s
-here) is inside ``ray_restart_s`` and not split out (Ray's controller logs would be needed).
+``first_step_s`` -> the first optimizer step done (ours). ``ray_train_phases_s`` splits the first two at the
+Train controller's events (launch/controller.RestartPhases): detection, teardown, placement, process start,
+process group, dispatch. ``detection_s``: for ``driver`` and the campaign's own faults it is 0 by construction
+(the campaign acts at once); for worker faults, the controller's failure decision after the fault (its 0.2 s
+health poll here).
 """
 
 from __future__ import annotations
@@ -458,6 +460,8 @@ def analyse(schedule: list[dict], events: list[dict], markers: Path) -> list[dic
         if row.get("fired") and row["kind"] != "mlflow":
             later = [t for t in times if t > row["unix"]]
             row.update(recovery_phases(row, markers, until=later[0] if later else None) or {})
+            if row.get("detection_s") is None and "ray_train_phases_s" in row:
+                row["detection_s"] = row["ray_train_phases_s"]["detection_s"]
         elif row.get("fired"):
             row["steps_lost"] = 0  # training went on; the metrics waited in rank 0's sender
     return rows

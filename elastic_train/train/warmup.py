@@ -7,11 +7,15 @@ After that, the first thing our function pays that is not ours to cut is torch's
 CPU on one core, every time a worker group (re)starts (bench/recovery.py, ``build_s``).
 
 :class:`WorkerWarmup` runs on every worker as soon as its train context exists (``after_init_train_context``,
-before the process group), puts the process at niceness 0 (priority.py: Ray starts it at 15, and the rest of
-the start-up then competes with nice-0 daemons), and starts a daemon thread that imports the worker module and
-``torch._dynamo`` while the process group forms and the function is dispatched. The training function's own
-imports then find them done (or wait on Python's module lock for the thread to finish them; nothing is imported
-twice). Kept light: each worker imports this module to unpickle the callback.
+before the process group) and starts a daemon thread that imports the worker module and ``torch._dynamo``
+while the process group forms and the function is dispatched. The training function's own imports then find
+them done (or wait on Python's module lock for the thread to finish them; nothing is imported twice). Kept
+light: each worker imports this module to unpickle the callback.
+
+It leaves the process at Ray's niceness 15: the training function puts it at 0 (priority.py) once the worker
+group is up. Doing that here, while Ray Train's own helpers start (its PreemptionWatcher actor: a new process
+at 15 that watches for drained nodes), starved them on a 2-core machine: the watcher came up only after a
+short run had ended, and a drain got no just-in-time checkpoint (tests/cluster/test_chaos.py, seed 12).
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ from __future__ import annotations
 import threading
 
 from ray.train.v2._internal.execution.callback import WorkerCallback
-
-from elastic_train.train.priority import normal_priority
 
 WARM_MODULES = ("elastic_train.train.worker", "torch._dynamo")  # in the order the training function needs them
 
@@ -33,7 +35,6 @@ class WorkerWarmup(WorkerCallback):
         self.markers = markers
 
     def after_init_train_context(self) -> None:
-        normal_priority()
         threading.Thread(target=warm_imports, name="elastic-train-warmup", daemon=True).start()
         if self.markers:
             import ray.train

@@ -50,3 +50,42 @@ def test_a_node_or_drain_window_leaves_room_to_re_add_the_node_before_the_end(to
     assert max(f["until"] for f in losses) == total - 5  # the rule binds, it does not just shrink the range
     tight = draw_schedule(1, 2, 12, every=5, workers=2, kinds=("node", "exit"), readd_room=5)
     assert [(f["kind"], f["step"], f["until"]) for f in tight if f["kind"] == "node"] == [("node", 2, 5)]  # only room
+
+
+def _jsonl(path, records) -> None:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_recovery_splits_at_the_controllers_events_into_phases_that_add_up(tmp_path):
+    from bench.chaos import recovery_phases
+
+    t = 1000.0  # the fault; an earlier restart's events (before it) must be ignored
+    _jsonl(tmp_path / "controller.jsonl", [
+        {"event": "failure_decision", "unix": t - 50}, {"event": "shutdown_done", "unix": t - 49},
+        {"event": "failure_decision", "unix": t + 0.3}, {"event": "shutdown_done", "unix": t + 0.4},
+        {"event": "group_start", "unix": t + 0.45}, {"event": "group_ready", "unix": t + 7.0},
+        {"event": "training_started", "unix": t + 7.05}])
+    _jsonl(tmp_path / "phases.rank0.jsonl", [
+        {"event": "context", "unix": t + 5.5, "pid": 7, "process_start": t + 1.0},
+        {"event": "entered", "unix": t + 7.1, "at": t + 7.1, "pid": 7, "process_start": t + 1.0},
+        {"event": "built", "unix": t + 7.2, "pid": 7}, {"event": "restored", "unix": t + 7.25, "pid": 7},
+        {"event": "first_step", "unix": t + 7.3, "pid": 7, "step": 41}])
+    out = recovery_phases({"unix": t, "fired_step": 60}, tmp_path)
+    split = out["ray_train_phases_s"]
+    assert split == {"detection_s": 0.3, "teardown_s": 0.1, "placement_s": 0.6, "process_start_s": 4.5,
+                     "process_group_s": 1.5, "dispatch_s": 0.1}
+    p = out["phases_s"]
+    assert abs(sum(split.values()) - (p["ray_restart_s"] + p["worker_setup_s"])) < 0.02
+    assert out["steps_lost"] == 20 and out["recovery_s"] == 7.3
+
+
+def test_without_the_controllers_events_the_recovery_keeps_its_coarse_phases(tmp_path):
+    from bench.chaos import recovery_phases
+
+    _jsonl(tmp_path / "phases.rank0.jsonl", [
+        {"event": "entered", "unix": 12.0, "at": 12.0, "pid": 3, "process_start": 5.0},
+        {"event": "built", "unix": 13.0, "pid": 3}, {"event": "first_step", "unix": 14.0, "pid": 3, "step": 5}])
+    out = recovery_phases({"unix": 2.0, "fired_step": 6}, tmp_path)
+    assert "ray_train_phases_s" not in out and out["phases_s"]["ray_restart_s"] == 3.0
