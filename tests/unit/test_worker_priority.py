@@ -32,10 +32,15 @@ done.set(); t.join()
 @pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                     reason="per-thread niceness is Linux's; lowering it needs root (CAP_SYS_NICE)")
 def test_every_thread_of_a_nice_15_worker_goes_back_to_0_and_new_threads_inherit_it():
-    out = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=120)
+    assert run_child(CHILD) == ["0", "0", "0"]
+
+
+def run_child(code: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter with the project on its path; its stdout's words."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["0", "0", "0"], out.stdout
+    return out.stdout.split()
 
 
 WARM_CHILD = r"""
@@ -52,13 +57,9 @@ print(nice, "torch._dynamo" in sys.modules, "elastic_train.train.worker" in sys.
 
 
 @pytest.mark.subprocess
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                    reason="per-thread niceness is Linux's; lowering it needs root (CAP_SYS_NICE)")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness as Linux keeps it")
 def test_the_worker_warmup_imports_what_the_training_function_needs_in_a_thread_at_rays_niceness():
-    out = subprocess.run([sys.executable, "-c", WARM_CHILD], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["15", "True", "True"], out.stdout
+    assert run_child(WARM_CHILD) == ["15", "True", "True"]
 
 
 def test_a_warmup_import_that_fails_stops_quietly_and_says_what_it_imported():
