@@ -322,6 +322,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
     # actions: (step, order, what, fault index); a window's end is queued when its start fires
     actions = [(f["step"], 0, f["kind"], i) for i, f in enumerate(schedule) if f["kind"] in CAMPAIGN_KINDS]
     events: dict[int, dict] = {}
+    draining: dict[int, tuple] = {}  # drains awaiting their just-in-time checkpoint: fault index -> (node, until)
     world.wait_cpus_free()
     t0 = time.time()
     driver.launch()
@@ -345,15 +346,12 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                 if what == "drain":
                     ok, msg = drain_for_preemption(world.cluster.address, nodes[0].node_id, deadline_s=30)
                     ev["drain_accepted"] = bool(ok)
-                    ev["jit_checkpoint"] = ok and wait_until(lambda: _preemption_checkpoint(run_home), 30)
-                    ev["removed_unix"] = time.time()
+                    # the node goes once the just-in-time checkpoint is there (or 30 s, or the run nears its
+                    # end); meanwhile the loop goes on firing the other faults when they are due
+                    draining[i] = (nodes[0], time.monotonic() + 30 if ok else 0.0)
+                    continue
                 world.cluster.remove_node(nodes[0])
-                removed_at = progress.poll()  # a drain waited: count the window from the removal
-                ev["removed_step"] = removed_at
-                # ... but bring the node back while the run still trains: a drain whose checkpoint came late
-                # (the run went on meanwhile) gets its node back at once near the end, not after the run
-                due = min(removed_at + schedule[i]["until"] - schedule[i]["step"], last_readd)
-                actions.append((due, 1, "readd", i))
+                actions.append(_readd_action(i, progress.poll(), schedule, events, last_readd))
             elif what == "readd":
                 world.cluster.add_node(num_cpus=world.node_cpus)
                 ev.update(readded_step=step, readded_unix=time.time())
@@ -370,6 +368,13 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                 world.mlflow.stop()
                 _ensure_server(world, wait=False)
                 ev.update(restart_issued_unix=time.time())
+        for i, (node, until) in list(draining.items()):
+            jit = _preemption_checkpoint(run_home)
+            if jit or time.monotonic() > until or progress.poll() >= last_readd - 1:
+                del draining[i]
+                events[i].update(jit_checkpoint=jit, removed_unix=time.time())
+                world.cluster.remove_node(node)
+                actions.append(_readd_action(i, progress.poll(), schedule, events, last_readd))
         for ev in events.values():
             if "restart_issued_unix" in ev and "back_unix" not in ev and world.mlflow.healthy():
                 ev.update(back_unix=time.time(), back_step=progress.poll())
@@ -377,6 +382,11 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
     rc = driver.poll()
     if not world.mlflow.healthy():
         _ensure_server(world)
+    for i, (node, _) in draining.items():  # a drain the run outlived: its node goes now and comes back below
+        events[i].update(jit_checkpoint=_preemption_checkpoint(run_home), removed_unix=time.time(),
+                         removed_after_end=True)
+        world.cluster.remove_node(node)
+        actions.append(_readd_action(i, progress.poll(), schedule, events, last_readd))
     for a in actions:  # windows still open when the run ended: close them (a node back, the server up)
         if a[2] == "readd":
             world.cluster.add_node(num_cpus=world.node_cpus)
@@ -404,6 +414,16 @@ def _ensure_server(world: World, wait: bool = True) -> None:
             wait_until(lambda: world.mlflow.running, 10)
     elif wait:
         wait_until(world.mlflow.healthy, 90, poll=0.2)
+
+
+def _readd_action(i: int, removed_at: int, schedule: list[dict], events: dict[int, dict],
+                  last_readd: int) -> tuple:
+    """The node of fault ``i`` was removed at step ``removed_at``: the action that adds one back. The window counts
+    from the removal (a drain waited for its checkpoint), but the node comes back while the run still trains: a
+    removal that came late gets its node back at once near the end, not after the run."""
+    events[i]["removed_step"] = removed_at
+    due = min(removed_at + schedule[i]["until"] - schedule[i]["step"], last_readd)
+    return (due, 1, "readd", i)
 
 
 def _preemption_checkpoint(run_home: Path) -> bool:
