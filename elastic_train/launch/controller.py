@@ -14,6 +14,7 @@ from typing import Any
 
 from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerGroupCallback
 
+from elastic_train.train.faults import append_marker
 from elastic_train.train.priority import normal_priority
 
 
@@ -34,14 +35,8 @@ class RestartPhases(ControllerCallback, WorkerGroupCallback):
         self.markers = markers
 
     def _note(self, event: str, **fields: Any) -> None:
-        import json
-        import os
-        import time
-
         try:
-            os.makedirs(self.markers, exist_ok=True)
-            with open(os.path.join(self.markers, "controller.jsonl"), "a") as f:
-                f.write(json.dumps({"event": event, "unix": time.time(), **fields}) + "\n")
+            append_marker(self.markers, "controller.jsonl", event, **fields)
         except OSError:
             pass
 

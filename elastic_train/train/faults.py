@@ -130,6 +130,14 @@ def _number(spec: str, key: str, value: str, kind: type) -> int | float:
             from None
 
 
+def append_marker(markers: str, name: str, event: str, **fields: object) -> None:
+    """Append ``{"event", "unix", **fields}`` as one JSON line to ``markers/name`` (the restart timelines that
+    bench/chaos.py and bench/recovery.py read: the workers' phases, the Train controller's events)."""
+    os.makedirs(markers, exist_ok=True)
+    with open(Path(markers) / name, "a") as f:
+        f.write(json.dumps({"event": event, "unix": time.time(), **fields}) + "\n")
+
+
 class FaultHook:
     """One rank's faults, checked after every optimizer step (:meth:`maybe_fire`) and inside every checkpoint
     save (:meth:`maybe_fire_save`)."""
@@ -153,12 +161,9 @@ class FaultHook:
         """With ``markers=DIR``: append this worker's restart phase ``event`` (``entered``, ``built``, ``restored``,
         ``first_step``) with its unix time to ``DIR/phases.rank<R>.jsonl``, for bench/chaos.py and
         bench/recovery.py. A no-op otherwise."""
-        if not self.plan.markers:
-            return
-        os.makedirs(self.plan.markers, exist_ok=True)
-        record = {"event": event, "unix": time.time(), "pid": os.getpid(), "rank": self.rank, **fields}
-        with open(Path(self.plan.markers) / f"phases.rank{self.rank}.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        if self.plan.markers:
+            append_marker(self.plan.markers, f"phases.rank{self.rank}.jsonl", event, pid=os.getpid(),
+                          rank=self.rank, **fields)
 
     def maybe_fire(self, global_step: int) -> None:
         if self.delay:

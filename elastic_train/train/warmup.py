@@ -37,13 +37,16 @@ class WorkerWarmup(WorkerCallback):
     def after_init_train_context(self) -> None:
         threading.Thread(target=warm_imports, name="elastic-train-warmup", daemon=True).start()
         if self.markers:
+            import os
+
             import ray.train
 
-            from elastic_train.train.faults import FaultHook, FaultPlan
+            from elastic_train.train.faults import append_marker
             from elastic_train.train.process_info import process_start_unix
 
             rank = ray.train.get_context().get_world_rank()
-            FaultHook(FaultPlan((), 0.0, self.markers), rank).note("context", process_start=process_start_unix())
+            append_marker(self.markers, f"phases.rank{rank}.jsonl", "context", pid=os.getpid(), rank=rank,
+                          process_start=process_start_unix())
 
 
 def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
