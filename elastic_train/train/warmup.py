@@ -16,6 +16,10 @@ It leaves the process at Ray's niceness 15: the training function puts it at 0 (
 group is up. Doing that here, while Ray Train's own helpers start (its PreemptionWatcher actor: a new process
 at 15 that watches for drained nodes), starved them on a 2-core machine: the watcher came up only after a
 short run had ended, and a drain got no just-in-time checkpoint (tests/cluster/test_chaos.py, seed 12).
+
+It also points gloo at the interface that holds this node's Ray address (``GLOO_SOCKET_IFNAME``, netif.py)
+before the process group forms: on separate hosts whose hostname resolves to 127.0.0.1 a group cannot form
+without it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class WorkerWarmup(WorkerCallback):
 
     def after_init_train_context(self) -> None:
         threading.Thread(target=warm_imports, name="elastic-train-warmup", daemon=True).start()
+        bind_gloo_to_ray_interface()
         if self.markers:
             import os
 
@@ -47,6 +52,18 @@ class WorkerWarmup(WorkerCallback):
             rank = ray.train.get_context().get_world_rank()
             append_marker(self.markers, f"phases.rank{rank}.jsonl", "context", pid=os.getpid(), rank=rank,
                           process_start=process_start_unix())
+
+
+def bind_gloo_to_ray_interface() -> None:
+    """Before the process group forms: gloo binds to the interface of this node's Ray address (netif.py), not
+    to whatever the hostname resolves to (127.0.0.1 on many hosts: a two-host group then cannot connect)."""
+    import os
+
+    import ray
+
+    from elastic_train.train.netif import gloo_interface_env
+
+    os.environ.update(gloo_interface_env(ray.util.get_node_ip_address(), dict(os.environ)))
 
 
 def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
