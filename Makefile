@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 MLFLOW_PORT ?= 5000
 
-.PHONY: help install demo test test-fast test-long lint bench bench-all mlflow-ui clean
+.PHONY: help install demo test test-fast test-long lint bench bench-all mlflow-ui device-pack clean
 
 help:
 	@echo "make demo       train the default config (digits, 2 DDP workers) on an embedded local Ray"
@@ -16,6 +16,7 @@ help:
 	@echo "make lint       ruff, import-linter contracts (pyproject.toml), hadolint"
 	@echo "make bench      engine overhead vs plain PyTorch (JSON, ~2 min)"
 	@echo "make bench-all  + recovery (~3 min) and ASHA vs grid sweep cost (~12 min)"
+	@echo "make device-pack  wheels a bare GPU machine lacks (Ray without Java, pydantic...) -> dist/device (docs/gpu.md)"
 	@echo "make mlflow-ui  the MLflow UI on the store the runs use (\$$ELASTIC_TRAIN_HOME, else here), port $(MLFLOW_PORT)"
 
 # The venv is rebuilt when the dependency files change. scripts/install.sh is the same recipe the
@@ -55,6 +56,10 @@ bench-all: bench
 
 mlflow-ui: $(STAMP)
 	$(PY) -m jobs.mlflow_ui --port $(MLFLOW_PORT)
+
+# Needs network (pip download); PYTHON_VERSION=3.11 packs for another Python. bench/gpu_ray.py installs the result.
+device-pack:
+	scripts/device-pack.sh
 
 clean:
 	rm -rf results mlflow.db mlartifacts .pytest_cache

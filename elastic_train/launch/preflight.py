@@ -116,8 +116,21 @@ def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
 
 
 
+def check_gpu_share(cfg: JobConfig) -> None:
+    """Refuse a fraction of a GPU per worker when there can be two workers: Ray then places two ranks on one
+    device, and NCCL refuses that ("Duplicate GPU detected") from inside the workers, after everything started."""
+    gpu = (cfg.scaling.resources_per_worker or {}).get("GPU", 0.0)
+    if cfg.scaling.use_gpu is not False and 0.0 < gpu < 1.0 and cfg.scaling.max_workers > 1:
+        raise ConfigError(
+            "scaling.resources_per_worker", cfg.scaling.resources_per_worker,
+            f"GPU {gpu:g} per worker with up to {cfg.scaling.max_workers} workers puts two ranks on one GPU, which "
+            "NCCL refuses; give each worker a whole GPU (GPU: 1) or train with one worker",
+        )
+
+
 def check_static(cfg: JobConfig) -> tuple[DataBundle, int]:
     """Build the data and the model once on the driver; ConfigError on any mistake."""
+    check_gpu_share(cfg)
     bundle = build_data(cfg)
     Budget.of(cfg.train, steps_per_epoch(len(bundle.train), cfg.train.global_batch_size),
               bundle.spec.tokens_per_sample)  # a token budget below one step exits 2 here
