@@ -59,6 +59,8 @@ def shard_model(model: nn.Module, cfg: JobConfig | Any, device: torch.device) ->
     order): FSDP's all-gather/reduce-scatter hooks then run eagerly around each compiled block. A model
     without units keeps the worker's whole-model compile.
     """
+    if device.type == "cuda":  # FSDP2 allocates its shards and buffers on the current device
+        torch.cuda.set_device(device)
     model.to(device)
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     policy = mixed_precision(cfg.train.precision)

@@ -104,8 +104,11 @@ def rng_state() -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # this worker's device only: get_rng_state_all() would create a context on every GPU the process sees
+        # (Ray Train shows each worker all of its node's training GPUs) and could not be restored where fewer
+        # are visible
+        state["cuda"] = torch.cuda.get_rng_state(torch.cuda.current_device())
     return state
 
 
@@ -114,7 +117,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        cuda = state["cuda"]
+        if isinstance(cuda, list | tuple):  # written before: every visible device's; this worker's is its own
+            cuda = cuda[min(torch.cuda.current_device(), len(cuda) - 1)]
+        torch.cuda.set_rng_state(cuda.cpu(), torch.cuda.current_device())
 
 
 def seed_everything(seed: int) -> None:
