@@ -20,6 +20,7 @@ class TrackingSpec:
     log_every_steps: int = 10
     env: dict[str, str] = field(default_factory=dict)  # MLFLOW_TRACKING_USERNAME/PASSWORD etc. for workers
     backend: str = "mlflow"  # which TrackingBackend wrote the run (tracking.backend): workers build the same
+    attempt: int | None = None  # the worker group's attempt (elastic_train/train/fence.py): the sender's fence
 
 
 class TrackingUnavailable(RuntimeError):

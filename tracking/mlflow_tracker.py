@@ -44,6 +44,9 @@ def quiet_client_retries() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S))
 
 
+ATTEMPT_TAG = "elastic_train.attempt"
+
+
 class MlflowTracker:
     """Logs into one existing run (``spec.run_id``); never creates or ends runs (the driver does)."""
 
@@ -73,6 +76,8 @@ class MlflowTracker:
         self._lock = threading.Lock()
         self.sent = 0
         self.skipped = 0  # recomputed steps the run held already (skip_logged_steps)
+        self.refused = 0  # items of a superseded attempt (spec.attempt older than the run's tag): never sent
+        self.superseded_by: int | None = None
         self.failures = 0
         self._thread = threading.Thread(target=self._run, name="mlflow-sender", daemon=True)
         self._system: Any = None
@@ -151,8 +156,12 @@ class MlflowTracker:
         leftover = list(self._pending)
         while not self._queue.empty():
             leftover.append(self._queue.get_nowait())
+        if self.superseded_by is not None:  # a replaced writer writes nothing: not even a spool to replay later
+            self.refused += len(leftover)
+            leftover = []
         spool = self._spool(leftover) if leftover else None
-        return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool, "skipped": self.skipped}
+        return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool, "skipped": self.skipped,
+                "refused": self.refused, "superseded_by": self.superseded_by}
 
     # ------------------------------------------------------------------------------ sender thread
     def _connect(self) -> None:
@@ -203,6 +212,11 @@ class MlflowTracker:
 
     def _send_some(self) -> None:
         """Send one request's worth from the head of the pending queue; drop it only after success."""
+        if self.spec.attempt is not None and not self._attempt_is_newest():
+            with self._lock:
+                self.refused += len(self._pending)
+                self._pending.clear()
+            return
         head = self._pending[0]
         if head[0] == "artifacts":
             path, artifact_path = head[1]
@@ -244,6 +258,25 @@ class MlflowTracker:
                 self._pending.popleft()
         self.sent += n - skipped
         self.skipped += skipped
+
+    def _attempt_is_newest(self) -> bool:
+        """The fence (elastic_train/train/fence.py), kept in the store itself: the run's ``elastic_train.attempt``
+        tag names the newest worker group's attempt. Read before every batch: an older attempt's sender (a worker
+        cut off by a partition, talking again after the run restarted without it) sends nothing more. A newer one
+        raises the tag before it reads the run's floor, so an old sender stops before the new one's floor could
+        miss what it sends. (MLflow has no conditional write: a batch already in flight can still land.)"""
+        if self.superseded_by is not None:
+            return False
+        tag = self.client.get_run(self.spec.run_id).data.tags.get(ATTEMPT_TAG, "")
+        newest = int(tag) if tag.isdigit() else 0
+        if newest > self.spec.attempt:
+            self.superseded_by = newest
+            log.warning("attempt %s was superseded by attempt %s: its %d unsent item(s) are refused",
+                        self.spec.attempt, newest, len(self._pending))
+            return False
+        if newest < self.spec.attempt:
+            self.client.set_tag(self.spec.run_id, ATTEMPT_TAG, str(self.spec.attempt))
+        return True
 
     def _landed_already(self) -> bool:
         """Whether the last failed batch reached the store after all (its first metric, same timestamp and value,

@@ -7,9 +7,7 @@ pinned memory, driven by the same index schedule (:mod:`elastic_train.data.sampl
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -19,6 +17,7 @@ from torch.utils.data import DataLoader
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.sampler import ElasticSampler, _MicroBatchSampler
 from elastic_train.data.spec import Batch, DataBundle, Split, StreamSplit, TensorSet
+from elastic_train.data.trace import Trace
 
 
 def worker_data(bundle: DataBundle, plan: BatchPlan, rank: int, seed: int, device: torch.device,
@@ -56,7 +55,7 @@ class WorkerData:
         self.sampler = ElasticSampler(len(bundle.train), plan, rank, seed)
         self.loader_workers = loader_workers
         self.train = self._place(bundle.train)
-        self._trace = open(f"{trace_path}.rank{rank}", "a") if trace_path else None  # noqa: SIM115
+        self.trace = Trace(trace_path, rank, plan.world_size)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -164,21 +163,12 @@ class WorkerData:
                 yield self._to_device(x[: b - a], y[: b - a])
 
     def _record(self, epoch: int, step: int, micro: Sequence[torch.Tensor]) -> None:
-        if self._trace is None:
-            return
-        ids = torch.cat(list(micro)).tolist() if micro else []
-        self._trace.write(
-            json.dumps({"epoch": epoch, "step": step, "rank": self.rank, "world_size": self.plan.world_size,
-                        "t": time.time(), "ids": ids})
-            + "\n"
-        )
-        self._trace.flush()
+        if self.trace.enabled:
+            self.trace.step(epoch, step, torch.cat(list(micro)).tolist() if micro else [])
 
     def mark(self, event: dict[str, Any]) -> None:
         """A non-step line in the trace (e.g. where a PBT clone took over its donor's position)."""
-        if self._trace is not None:
-            self._trace.write(json.dumps({"event": event, "rank": self.rank, "t": time.time()}) + "\n")
-            self._trace.flush()
+        self.trace.mark(event)
 
     def position(self, epoch: int, step_in_epoch: int) -> dict[str, Any] | None:
         """Nothing beyond (epoch, step): the order is a pure function of (seed, epoch)."""
@@ -188,5 +178,4 @@ class WorkerData:
         pass
 
     def close(self) -> None:
-        if self._trace is not None:
-            self._trace.close()
+        self.trace.close()

@@ -17,9 +17,7 @@ rows land in which step depends on Ray Data's scheduling.
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +28,7 @@ import torch.distributed as dist
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.sampler import steps_per_epoch
 from elastic_train.data.spec import Batch, DataBundle, StreamSplit
+from elastic_train.data.trace import Trace
 from elastic_train.errors import ConfigError
 
 MATERIALIZE_SHARE = 0.25  # auto: materialise when the files take at most this share of the object store
@@ -128,7 +127,7 @@ class StreamData:
         self._val_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._held: dict[str, Any] = {}  # rank 0 keeps each split (its coordinator actor) alive while it is read
         self._ahead: _Ahead | None = None  # the next epoch, started half-way through this one
-        self._trace = open(f"{trace_path}.rank{rank}", "a") if trace_path else None  # noqa: SIM115
+        self.trace = Trace(trace_path, rank, plan.world_size)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -248,23 +247,16 @@ class StreamData:
 
     # ------------------------------------------------------------------------------ trace
     def _record(self, epoch: int, step: int, ids: np.ndarray) -> None:
-        if self._trace is None:
-            return
-        self._trace.write(json.dumps({"epoch": epoch, "step": step, "rank": self.rank,
-                                      "world_size": self.plan.world_size, "t": time.time(), "stream": True,
-                                      "ids": np.asarray(ids).tolist()}) + "\n")
-        self._trace.flush()
+        if self.trace.enabled:
+            self.trace.step(epoch, step, np.asarray(ids).tolist(), stream=True)
 
     def mark(self, event: dict[str, Any]) -> None:
-        if self._trace is not None:
-            self._trace.write(json.dumps({"event": event, "rank": self.rank, "t": time.time()}) + "\n")
-            self._trace.flush()
+        self.trace.mark(event)
 
     def close(self) -> None:
         self._ahead = None
         self._held.clear()
-        if self._trace is not None:
-            self._trace.close()
+        self.trace.close()
 
 
 class _Ahead:

@@ -35,6 +35,7 @@ from elastic_train.train.goodput import GoodputReporter
 from elastic_train.train.loop import Batch, loss_function, make_optimizer, make_scheduler, train_step
 from elastic_train.train.policy import CheckpointPolicy
 from elastic_train.train.state import (
+    RECENT_METRICS,
     RunRecord,
     TrainState,
     checkpoint_dir_name,
@@ -64,6 +65,7 @@ class Host:
     report: Callable[[dict[str, Any], str, str], None]  # (metrics, checkpoint folder, its fixed name)
     preemption_info: Callable[[], Any]  # None, or the preempted node ids and a deadline (a barrier)
     ray_train_run_id: str | None = None  # into meta.json: a resumed driver releases this run's reservation
+    attempt: int | None = None  # this worker group's attempt (train/fence.py): into meta.json
 
 
 class Session:
@@ -141,6 +143,9 @@ class Session:
         book = self.goodput.book
         # Step metrics are logged only after the last step MLflow holds (recomputed steps once, lost ones again).
         self.tracker.skip_logged_steps(max(self.log_floor, book.logged_step))
+        if self.restored:  # what the last attempt logged up to its checkpoint, in case its sender never sent it
+            for step, metrics in self.state.record.recent_metrics:
+                self.tracker.log_metrics(metrics, step=step, unless_logged=True)
         where = self.device.type if self.device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads each"
         self.console.line(f"worker group of {self.world} ({where}): {self.plan}")
         if event["restart"]:
@@ -255,7 +260,8 @@ class Session:
         self.state.save(directory, self.rank, meta={"metrics": metrics, "config": self.config,
                                                     "data_spec": asdict(self.bundle.spec),
                                                     "batch_plan": self.plan.describe(), "reason": reason,
-                                                    "ray_train_run_id": self.host.ray_train_run_id})
+                                                    "ray_train_run_id": self.host.ray_train_run_id,
+                                                    "attempt": self.host.attempt})
         self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
         self.host.report(metrics, directory, checkpoint_dir_name(p))
         blocked = time.perf_counter() - t0 - self._finalize_s  # the final flush is teardown, not a checkpoint
@@ -317,8 +323,13 @@ class Session:
         }
 
     def _log(self, metrics: dict[str, Any], step: int, always: bool = False) -> None:
-        """Log step metrics; unless ``always``, the tracker skips steps the run already holds."""
+        """Log step metrics; unless ``always``, the tracker skips steps the run already holds. Step metrics are
+        also kept in the run record (the checkpoint carries the last ones: :meth:`begin_attempt` logs them again)."""
         self.tracker.log_metrics(metrics, step=step, unless_logged=not always)
+        if not always and self.rank == 0:
+            recent = self.state.record.recent_metrics
+            recent.append([step, {k: v for k, v in metrics.items() if isinstance(v, (int, float))}])
+            del recent[:-RECENT_METRICS]
         self.goodput.book.logged_step = max(self.goodput.book.logged_step, step)
 
     def close(self) -> None:

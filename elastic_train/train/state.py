@@ -79,6 +79,9 @@ class Goodput:
         return out
 
 
+RECENT_METRICS = 256  # step-metric records a checkpoint carries (RunRecord.recent_metrics)
+
+
 @dataclass
 class RunRecord:
     """Run identity and history carried inside every checkpoint."""
@@ -91,6 +94,9 @@ class RunRecord:
     # The hyperparameter schedule the weights were trained with, one entry per stretch: from which global step,
     # which learning rate and global batch, trained by which run (a PBT clone starts from its donor's schedule).
     schedule: list[dict[str, Any]] = field(default_factory=list)
+    # The last step metrics logged (``[step, {name: value}]``, at most RECENT_METRICS): a restart logs them again,
+    # unless the tracking store holds them, so a sender lost with its host (or refused: train/fence.py) loses none.
+    recent_metrics: list[list[Any]] = field(default_factory=list)
 
 
 def schedule_entry(step: int, lr: float, global_batch_size: int, run_name: str, **extra: Any) -> dict[str, Any]:

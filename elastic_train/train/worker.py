@@ -10,10 +10,12 @@ on the other ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from elastic_train.data import build_data
 from elastic_train.train.console import Console
 from elastic_train.train.evaluator import evaluate_weights
 from elastic_train.train.faults import FAULT_ENV, FaultHook
+from elastic_train.train.fence import AttemptFence
 from elastic_train.train.goodput import GoodputReporter
 from elastic_train.train.priority import normal_priority
 from elastic_train.train.process_info import process_start_unix
@@ -60,19 +63,22 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
     entered = time.time()
     normal_priority()
     checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
-    checkpoint, unregistered = _newest_checkpoint(checkpoint)
+    checkpoint, unregistered, attempt = _newest_checkpoint(checkpoint)  # and which attempt of the run are we?
     wargs = WorkerArgs(**args)
+    fence = _fence(attempt)
     adopt = checkpoint is None and wargs.start_from is not None
     if adopt:  # this run has no checkpoint of its own yet: continue the donor's
         checkpoint = Checkpoint(wargs.start_from)
     cfg = JobConfig.model_validate(wargs.config)
     if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
         _quiet_ray_train_logs()
-    host = _host(wargs)
+    host = _host(wargs, fence)
     host.fault.note("entered", at=entered, process_start=process_start_unix())
     bundle = ray.get(wargs.data_ref) if wargs.data_ref is not None else build_data(cfg)
     record = RunRecord(run_name=wargs.run_name, mlflow_run_id=wargs.tracking.run_id if wargs.tracking else None)
     session = Session(cfg, host, bundle, config=wargs.config, record=record, log_floor=wargs.log_floor)
+    if fence is not None:  # a worker cut off while the run restarted without it writes no trace line
+        session.data.trace.fence(fence.attempt, fence.may_write)
     if checkpoint is None:
         session.restore(None)
     else:
@@ -89,33 +95,56 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
         host.fault.note("trained")
     finally:
         session.close()
+        if fence is not None:
+            fence.stop()
         host.fault.note("closed")
 
 
-def _newest_checkpoint(registered: Checkpoint | None) -> tuple[Checkpoint | None, str | None]:
+def _newest_checkpoint(registered: Checkpoint | None) -> tuple[Checkpoint | None, str | None, int | None]:
     """Ray Train's latest registered checkpoint, or a newer one this run's storage holds complete.
 
     Ray Train registers a checkpoint once the controller has polled every rank's report; when a worker group
     fails, the reports it has not collected yet are dropped (``before_worker_group_shutdown``), although every
     rank's part is already on storage. Resuming from the registered one would recompute a checkpoint interval
     or more, so rank 0 looks for a newer complete one (:func:`complete_on_storage`) and every rank takes its
-    choice. Returns ``(checkpoint, name of the unregistered one taken or None)``.
+    choice. Rank 0 also claims this worker group's attempt (train/fence.py) and every rank takes it. Returns
+    ``(checkpoint, name of the unregistered one taken or None, attempt or None)``.
     """
     import torch.distributed as dist
 
-    choice: list[str | None] = [None]
+    choice: list[Any] = [None, None]
     if ray.train.get_context().get_world_rank() == 0:
         try:
             choice[0] = _newer_on_storage(registered)
         except Exception:  # noqa: BLE001 - a listing that fails leaves Ray Train's choice
             choice[0] = None
+        choice[1] = _claim_attempt()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.broadcast_object_list(choice, src=0)
     if choice[0] is None:
-        return registered, None
+        return registered, None, choice[1]
     storage = ray.train.get_context().get_storage()
     found = Checkpoint(f"{storage.experiment_fs_path}/{choice[0]}", filesystem=storage.storage_filesystem)
-    return found, choice[0]
+    return found, choice[0], choice[1]
+
+
+def _claim_attempt() -> int | None:
+    """Rank 0: write the run's next attempt marker (train/fence.py). None when storage refuses it: the run goes
+    on unfenced (its first checkpoint meets the same storage and fails properly there)."""
+    storage = ray.train.get_context().get_storage()
+    try:
+        return AttemptFence.claim(storage.storage_filesystem, storage.experiment_fs_path).attempt
+    except Exception as e:  # noqa: BLE001 - see above
+        logging.getLogger(__name__).warning("no attempt fence (%s): writes from a cut-off worker are not refused", e)
+        return None
+
+
+def _fence(attempt: int | None) -> AttemptFence | None:
+    """Every rank's view of its attempt, watched (per-step writes check its flag)."""
+    if attempt is None:
+        return None
+    storage = ray.train.get_context().get_storage()
+    return AttemptFence(storage.storage_filesystem, storage.experiment_fs_path, attempt).watch()
 
 
 def _newer_on_storage(registered: Checkpoint | None) -> str | None:
@@ -166,7 +195,7 @@ def complete_on_storage(fs: Any, path: str) -> bool:
     return ".metadata" in shards and all(any(s.startswith(f"__{r}_") for s in shards) for r in range(world))
 
 
-def _host(args: WorkerArgs) -> Host:
+def _host(args: WorkerArgs, fence: AttemptFence | None = None) -> Host:
     """This worker's place in the group, its console and tracker, and Ray Train's calls as plain callables."""
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -175,15 +204,19 @@ def _host(args: WorkerArgs) -> Host:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     console = Console(rank == 0, bars=args.progress_bars)
-    tracker = tracker_for(args.tracking, rank, args.tracking_relay)
+    spec = args.tracking
+    if spec is not None and fence is not None:  # the sender fences itself in the tracking store (tag, per batch)
+        spec = dataclasses.replace(spec, attempt=fence.attempt)
+    tracker = tracker_for(spec, rank, args.tracking_relay)
     ledger = _RayLedger(args.ledger, args.ledger_key) if args.ledger is not None and rank == 0 else None
     return Host(
         rank, world, device, console, tracker,
         goodput=GoodputReporter(ledger, console.line, args.launched),
         fault=FaultHook.from_env(rank, args.fault),
-        report=_report,
+        report=partial(_report, fence),
         preemption_info=ray.train.get_preemption_info,
         ray_train_run_id=_train_run_id(),
+        attempt=fence.attempt if fence is not None else None,
     )
 
 
@@ -197,8 +230,11 @@ def _train_run_id() -> str | None:
         return None
 
 
-def _report(metrics: dict[str, Any], directory: str, name: str) -> None:
-    """Report a checkpoint (every rank's part is in ``directory``); training goes on while it uploads."""
+def _report(fence: AttemptFence | None, metrics: dict[str, Any], directory: str, name: str) -> None:
+    """Report a checkpoint (every rank's part is in ``directory``); training goes on while it uploads. A rank whose
+    attempt was superseded (cut off while the run restarted without it) raises instead: nothing is uploaded."""
+    if fence is not None:
+        fence.check(f"checkpoint {name}")
     ray.train.report(
         metrics,
         checkpoint=Checkpoint.from_directory(directory),
