@@ -461,6 +461,11 @@ def kill(sim: Sim, index: int) -> int:
     return kill_all(sim.host(index).ns)
 
 
+def host_of_pid(sim: Sim, pid: int) -> int | None:
+    """Which host process ``pid`` runs on (None: none of them)."""
+    return next((h.index for h in sim.hosts if pid in ns_pids(h.ns)), None)
+
+
 def partition(sim: Sim, index: int) -> None:
     """Cut host ``index`` off the bridge (its link down): nothing in or out until :func:`heal`."""
     run(["ip", "link", "set", sim.host(index).link, "down"])
@@ -539,7 +544,8 @@ def down(sim: Sim | None = None, bridge: str = DEFAULT_BRIDGE, say=print) -> int
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m cluster.sim", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--bridge", default=DEFAULT_BRIDGE, help=f"bridge and name prefix (default {DEFAULT_BRIDGE})")
     p.add_argument("--state", help="state folder (default /var/tmp/elastic-train-sim/BRIDGE)")
     sub = p.add_subparsers(dest="cmd", required=True)

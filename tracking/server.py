@@ -41,6 +41,10 @@ def build_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     if args.allowed_hosts:
         cmd += ["--allowed-hosts", args.allowed_hosts]
     env: dict[str, str] = {}
+    # MLflow 3's server starts a job runner by default: 8 huey consumer processes (~235 MB each, and seconds of
+    # CPU at start) for GenAI evaluation jobs this project never submits. Off unless the user turns it on.
+    if "MLFLOW_SERVER_ENABLE_JOB_EXECUTION" not in os.environ:
+        env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     if args.basic_auth:
         if not os.environ.get("MLFLOW_AUTH_ADMIN_PASSWORD"):
             raise SystemExit("error: --basic-auth needs MLFLOW_AUTH_ADMIN_PASSWORD (the admin account's password)")

@@ -11,7 +11,7 @@ from ray.train.torch import TorchTrainer
 
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
-from elastic_train.launch.controller import ControllerPriority, RestartPhases
+from elastic_train.launch.controller import ControllerPriority, FreshClusterView, RestartPhases
 from elastic_train.launch.preflight import worker_resources
 from elastic_train.launch.storage import ray_storage
 from elastic_train.train.faults import FaultPlan
@@ -63,7 +63,8 @@ def build_trainer(
     )
     env_vars = dict(tracking.env) if tracking else {}
     markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
-    ours = [ControllerPriority(), WorkerWarmup(markers), *([RestartPhases(markers)] if markers else [])]
+    ours = [ControllerPriority(), WorkerWarmup(markers), *([FreshClusterView()] if cfg.scaling.elastic else []),
+            *([RestartPhases(markers)] if markers else [])]
     trainer = _Trainer(
         train_loop_per_worker,
         train_loop_config=dict(vars(args)),  # shallow: the ledger is an actor handle

@@ -1,0 +1,133 @@
+"""Separate hosts (``cluster.sim``): a job over two worker hosts with its checkpoints in the bucket, a host lost
+and back, a worker host's link cut and healed. Each asserts FINISHED, every sample exactly once per epoch (the
+sample-id trace), one MLflow run with every step's ``train_loss`` once, and a bound on the wall time.
+
+The hosts are network namespaces with their own address and ``/tmp`` on one bridge; Ray is started on them by
+``cluster/local/start-head.sh`` and ``add-worker.sh``; jobs are submitted from the root namespace (the laptop)
+through the head's dashboard. Detection of a silent node is set by start-head.sh (health checks every 1 s, dead
+after 5 misses).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster import sim as simulator
+from tests.helpers.trace import exactly_once_problems, read_trace
+from tests.hosts.conftest import submit, wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from chaos import mlflow_checks  # noqa: E402 - bench/ is a folder of scripts
+
+pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
+
+N_TRAIN = 1438
+SPREAD = ("scaling.num_workers=[1,2]", "scaling.placement_strategy=STRICT_SPREAD",
+          "checkpoint.storage_path=s3://sim/runs")
+
+
+def _finished_once(job, epochs: int, g: int, wall_s: float) -> dict:
+    summary = job.summary()
+    assert summary["status"] == "FINISHED", job.console()[-3000:]
+    assert summary["steps"] == epochs * (N_TRAIN // g)
+    assert exactly_once_problems(read_trace(job.trace), N_TRAIN, g, epochs) == []
+    checks = mlflow_checks(summary, job.name)
+    assert checks.get("mlflow_runs") == 1 and checks.get("metrics_once_in_mlflow"), checks
+    assert checks["mlflow_status"] == "FINISHED"
+    assert summary["wall_s"] < wall_s, summary["wall_s"]
+    return summary
+
+
+def _rank0_host(cluster: simulator.Sim, job) -> int:
+    """The host whose worker is rank 0 now (the trace's lines carry the pid)."""
+    pid = max((r for r in read_trace(job.trace) if r.get("rank") == 0), key=lambda r: r["t"])["pid"]
+    host = simulator.host_of_pid(cluster, pid)
+    assert host in (1, 2), (pid, host)
+    return host
+
+
+def _checkpoint_attempts(cluster: simulator.Sim, name: str) -> list[tuple[int, int]]:
+    """(step, attempt) of every checkpoint of run ``name`` in the bucket, by step."""
+    import boto3
+
+    s3 = boto3.client("s3", **{"endpoint_url": cluster.s3_endpoint, "region_name": "us-east-1",
+                               "aws_access_key_id": simulator.S3_KEY, "aws_secret_access_key": simulator.S3_SECRET})
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="sim", Prefix=f"runs/{name}/")
+            for o in page.get("Contents", []) if o["Key"].endswith("/meta.json")]
+    metas = [json.loads(s3.get_object(Bucket="sim", Key=k)["Body"].read()) for k in keys]
+    return sorted((m["progress"]["global_step"], m["attempt"]) for m in metas)
+
+
+def test_a_job_over_two_worker_hosts_checkpoints_in_the_bucket(sim):
+    job = submit(sim, "hosts-a", *SPREAD, "train.epochs=2")
+    assert job.wait(300) == 0, job.console()[-3000:]
+    summary = _finished_once(job, epochs=2, g=128, wall_s=240)
+    assert summary["world_sizes"] == [2]
+    assert summary["checkpoint"].startswith("s3://sim/runs/hosts-a/checkpoint_")
+    # 2 workers, STRICT_SPREAD, and a head with 0 CPUs: one worker on each worker host
+    assert "Traceback" not in job.console()
+
+
+def test_a_local_storage_path_is_refused_against_separate_hosts(sim):
+    job = submit(sim, "hosts-local", *SPREAD[:2], "checkpoint.storage_path=/tmp/results")
+    assert job.wait(180) != 0
+    console = job.console()
+    assert "checkpoint.storage_path" in console and "/tmp/results" in console, console[-2000:]
+    assert "Traceback" not in console and "worker group of" not in console  # refused before any worker
+
+
+def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
+    g, epochs = 32, 3
+    job = submit(sim, "hosts-b", *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
+                 "checkpoint.every_steps=5", env_vars={"ELASTIC_TRAIN_FAULT": "delay=0.25"})
+    wait_for(lambda: sum(r["world_size"] == 2 for r in read_trace(job.trace)) >= 2 * 8, 240,
+             "8 steps of 2-worker training", job)
+    victim = _rank0_host(sim, job)  # rank 0's host: its metrics sender goes with it
+    t_kill = time.time()
+    assert simulator.kill(sim, victim) > 0
+    wait_for(lambda: any(r["world_size"] == 1 and r["t"] > t_kill for r in read_trace(job.trace)), 120,
+             "training on the one host left", job)
+    simulator.join(sim, victim)
+    t_back = time.time()
+    wait_for(lambda: any(r["world_size"] == 2 and r["t"] > t_back for r in read_trace(job.trace)), 180,
+             "training on both hosts again", job)
+    assert job.wait(400) == 0, job.console()[-3000:]
+    summary = _finished_once(job, epochs, g, wall_s=600)  # steps its sender never sent came back from the checkpoint
+    assert summary["world_sizes"][:3] == [2, 1, 2], summary["world_sizes"]
+
+
+def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice(sim):
+    g, epochs = 32, 3
+    job = submit(sim, "hosts-c", *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
+                 "checkpoint.every_steps=5", env_vars={"ELASTIC_TRAIN_FAULT": "delay=0.25"})
+    wait_for(lambda: sum(r["world_size"] == 2 for r in read_trace(job.trace)) >= 2 * 8, 240,
+             "8 steps of 2-worker training", job)
+    victim = _rank0_host(sim, job)  # its metrics sender is cut off with it, and talks again after the heal
+    simulator.partition(sim, victim)
+    t_cut = time.time()
+    try:
+        wait_for(lambda: any(r["world_size"] == 1 and r["t"] > t_cut for r in read_trace(job.trace)), 120,
+                 "training on the one host left", job)
+        detected_s = time.time() - t_cut
+        while time.time() - t_cut < 30:  # the link stays down 30 s: the run goes on without the host
+            time.sleep(0.5)
+    finally:
+        simulator.heal(sim, victim)
+    t_heal = time.time()
+    assert job.wait(400) == 0, job.console()[-3000:]
+    _finished_once(job, epochs, g, wall_s=600)
+    records = read_trace(job.trace)
+    first = min(r["attempt"] for r in records)
+    stale = [r for r in records if r["t"] > t_heal and r["attempt"] == first]
+    assert stale == [], stale[:3]  # nothing from the cut-off worker group once it could talk again
+    steps_attempts = _checkpoint_attempts(sim, job.name)
+    assert [a for _, a in steps_attempts] == sorted(a for _, a in steps_attempts), steps_attempts
+    assert detected_s < 90, detected_s  # detection (~8-10 s), a new group on the host left, restore
+    # the healed host's raylet exits ("marked dead"); put it back for the next test
+    simulator.kill(sim, victim)
+    simulator.join(sim, victim)
