@@ -205,7 +205,9 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None) -> Host:
         torch.backends.cudnn.allow_tf32 = True
     console = Console(rank == 0, bars=args.progress_bars)
     spec = args.tracking
-    if spec is not None and fence is not None:  # the sender fences itself in the tracking store (tag, per batch)
+    # rank 0's own sender fences itself in the tracking store (tag, per batch); a sweep's relay (one writer per
+    # run, on the driver's node) needs no fence
+    if spec is not None and fence is not None and args.tracking_relay is None:
         spec = dataclasses.replace(spec, attempt=fence.attempt)
     tracker = tracker_for(spec, rank, args.tracking_relay)
     ledger = _RayLedger(args.ledger, args.ledger_key) if args.ledger is not None and rank == 0 else None

@@ -75,3 +75,11 @@ def test_a_pbt_trials_restore_notice_is_dropped():
             "path=/tmp/i13q/store/p3/tune-8b00c_00000/checkpoint_000001)")
     _WithoutBenignLines(printed.append)({"pid": 9, "lines": [line, "Restore failed: kept"]})
     assert printed == [{"pid": 9, "lines": ["Restore failed: kept"]}]
+
+
+def test_c10ds_no_reverse_dns_warning_on_separate_hosts_is_dropped():
+    printed = []
+    line = ("[W1205 01:49:29.098402022 socket.cpp:207] [c10d] The hostname of the client socket cannot be "
+            "retrieved. err=-3")
+    _WithoutBenignLines(printed.append)({"pid": 9, "lines": [line, "[c10d] connect failed: kept"]})
+    assert printed == [{"pid": 9, "lines": ["[c10d] connect failed: kept"]}]
