@@ -132,7 +132,9 @@ def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice(sim)
     steps_attempts = _checkpoint_attempts(sim, job.name)
     assert [a for _, a in steps_attempts] == sorted(a for _, a in steps_attempts), steps_attempts
     print(f"hosts-c: declared dead after {detected_s:.1f} s, training again after {recovered_s:.1f} s")
-    assert detected_s <= 15, detected_s  # start-head.sh's health check: ~8-10 s
+    # start-head.sh's health check: dead after 8 missed 1 s checks, ~9 s on a quiet box; 16.6 s seen through the
+    # dashboard's node list under a load average of 20 on 2 cores
+    assert detected_s <= 25, detected_s
     assert recovered_s < 90, recovered_s  # + a new group on the host left, restore, a step (loaded 2-core box)
     # the healed host's raylet exits ("marked dead"); put it back for the next test
     simulator.kill(sim, victim)
