@@ -39,7 +39,8 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         "world_sizes": m.get("world_sizes") or book.get("world_sizes") or [],
         "restarts": (m.get("goodput") or {}).get("restarts", totals.get("restarts", 0)),
         "steps": m.get("global_step"),
-        "epochs": m.get("epoch"),
+        "epochs": m.get("epoch"),  # whole epochs completed
+        "epochs_run": epochs_run(m.get("global_step"), m.get("steps_per_epoch"), m.get("epoch")),
         "checkpoint": checkpoint,
         "storage_path": ctx.storage_path,
         "mlflow_run_id": spec.run_id if spec else None,
@@ -51,6 +52,7 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         "wall_s": time.time() - ctx.started,
         "goodput": {},  # account() fills it: this driver's wall in parts
         "goodput_run": m.get("goodput") or totals,  # the run's book, cumulative over restarts and resumes
+        "checkpoint_interval": m.get("checkpoint_interval"),  # checkpoint.every_steps=auto: the last choice
         "tracking_unsent": m.get("tracking_unsent", 0),
         "tracking_spool": m.get("tracking_spool"),
     }
@@ -67,6 +69,14 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         summary["note"] = "already complete; nothing to train"
     account(ctx, outcome, summary)
     return summary
+
+
+def epochs_run(global_step: int | None, steps_per_epoch: int | None, epoch: int | None) -> float | int | None:
+    """Epochs as run, to two decimals: 400 steps of 292 per epoch is 1.37, where the completed ``epoch`` says 1.
+    The global batch is frozen for a run, so steps per epoch hold over its restarts and resumes."""
+    if global_step is None or not steps_per_epoch:
+        return epoch
+    return round(global_step / steps_per_epoch, 2)
 
 
 def account(ctx: RunContext, outcome: Outcome, summary: dict[str, Any]) -> None:
@@ -200,7 +210,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("run", summary["run_name"]),
         ("status", summary["status"]),
         *[(k, _fmt(v)) for k, v in fm.items()],
-        ("steps / epochs", f"{summary['steps']} / {summary['epochs']}"),
+        ("steps / epochs", f"{summary['steps']} / {_fmt(summary.get('epochs_run', summary['epochs']), 'g')}"),
         ("world sizes", " -> ".join(map(str, summary["world_sizes"])) or "-"),
         ("restarts", summary["restarts"]),
         ("samples/s (steady)", _fmt(summary["samples_per_second"], ",.0f")),
