@@ -213,7 +213,11 @@ class ScalingConfig(Section):
 
 
 class CheckpointConfig(Section):
-    every_steps: int | None = Field(None, gt=0, description="Checkpoint every N optimizer steps (null = off).")
+    every_steps: int | Literal["auto"] | None = Field(
+        None, description="Checkpoint every N optimizer steps (null = off); auto: the Young-Daly optimum from the "
+        "measured checkpoint cost and failure rate (docs/faults.md#the-checkpoint-interval-auto)."
+    )
+    min_every_steps: int = Field(1, gt=0, description="every_steps=auto never goes below this many steps.")
     every_seconds: float | None = Field(120.0, gt=0.0, description="Checkpoint every T seconds (null = off).")
     at_epoch_end: bool = Field(True, description="Checkpoint at the end of every epoch.")
     storage_path: str | None = Field(
@@ -222,6 +226,13 @@ class CheckpointConfig(Section):
     keep: int = Field(2, gt=0, description="Keep the best `keep` checkpoints by `score`, plus the latest.")
     score: str = Field("val_loss", description="Reported metric that ranks checkpoints.")
     score_mode: Literal["min", "max"] = Field("min", description="Whether a lower or higher score is better.")
+
+    @field_validator("every_steps")
+    @classmethod
+    def _positive(cls, v: int | str | None) -> int | str | None:
+        if isinstance(v, int) and v <= 0:
+            raise ValueError("should be greater than 0 (or auto, or null)")
+        return v
 
 
 class FailureConfig(Section):
@@ -234,6 +245,10 @@ class FailureConfig(Section):
     )
     connect_timeout_s: float = Field(
         30.0, gt=0.0, description="Wait this long for a Ray address to answer (TCP, then ray.init); then exit 2."
+    )
+    mtbf_s: float | None = Field(
+        None, gt=0.0, description="Prior mean time between failures of one worker (its node or GPU), seconds; "
+        "checkpoint.every_steps=auto divides it by the workers and updates it with the run's restarts."
     )
 
 

@@ -64,8 +64,9 @@ class Window:
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
-    def reduce(self, rank: int, flags: dict[str, bool]) -> tuple[dict[str, float], dict[str, bool]]:
-        """Sum the window over all workers; the flags are rank 0's decisions, broadcast in the same call."""
+    def reduce(self, rank: int, flags: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+        """Sum the window over all workers; the flags are rank 0's decisions (booleans, or numbers >= 0),
+        broadcast in the same call."""
         names = list(flags)
         own = [float(flags[n]) if rank == 0 else 0.0 for n in names]
         host = torch.tensor([float(self.samples), float(self.count), *own], dtype=torch.float64, device=self.device)
@@ -82,7 +83,8 @@ class Window:
         totals["grad_norms"] = self.norms  # how many steps measured it (the same on every worker)
         totals["steps"] /= world
         self.warm, self._first = not self._first, False
-        return totals, {n: v > 0 for n, v in zip(names, values[FIELDS:], strict=True)}
+        return totals, {n: (v > 0 if isinstance(flags[n], bool) else v)
+                        for n, v in zip(names, values[FIELDS:], strict=True)}
 
 
 class Throughput:

@@ -31,10 +31,25 @@ class CheckpointPolicy:
         self.last_preemption_check = time.monotonic()
         self.preemption_saved = False
         self._flags_time = 0.0
+        # the cadence in force: the config's, until checkpoint.every_steps=auto chooses (train/interval.py)
+        every = cfg.checkpoint.every_steps
+        self.every_steps: int | None = every if isinstance(every, int) else None
+        self.every_seconds: float | None = cfg.checkpoint.every_seconds
+
+        self.proposed = 0  # rank 0's new auto interval, applied on every rank at the next sync point
+
+    def propose(self, every_steps: int) -> None:
+        """Rank 0's ``every_steps=auto`` choice: it travels in the next sync point's flags, and every rank
+        applies it there (ranks that disagreed on sync points would deadlock in the all-reduce)."""
+        self.proposed = every_steps if every_steps != self.every_steps else 0
+
+    def set_interval(self, every_steps: int) -> None:
+        """Checkpoint every ``every_steps`` steps, and no longer on the clock (an auto choice replaces both)."""
+        self.every_steps, self.every_seconds = every_steps, None
 
     def is_sync_point(self, global_step: int, step_in_epoch: int) -> bool:
         """Steps where every rank all-reduces metrics and flags: log cadence, step checkpoints, epoch ends."""
-        every = self.cfg.checkpoint.every_steps
+        every = self.every_steps
         return (
             global_step % self.cfg.tracking.log_every_steps == 0
             or step_in_epoch == 0
@@ -42,19 +57,25 @@ class CheckpointPolicy:
             or bool(self.budget and self.budget.by != "epochs" and global_step >= self.budget.total_steps)
         )
 
-    def flags(self) -> dict[str, bool]:
-        """Rank 0's time-based decisions, to be reduced (broadcast) with the metrics window."""
+    def flags(self) -> dict[str, bool | float]:
+        """Rank 0's time-based decisions and its proposed interval, to be reduced (broadcast) with the metrics
+        window."""
         now = self._flags_time = time.monotonic()
-        every = self.cfg.checkpoint.every_seconds
+        every = self.every_seconds
         return {
             "time_checkpoint": bool(every and now - self.last_checkpoint >= every),
             "check_preemption": now - self.last_preemption_check >= PREEMPTION_CHECK_S,
+            "every_steps": float(self.proposed),
         }
 
-    def synced(self, flags: dict[str, bool]) -> None:
-        """The reduced flags are every rank's: a preemption check they ask for counts from when they were read."""
+    def synced(self, flags: dict[str, Any]) -> None:
+        """The reduced flags are every rank's: a preemption check they ask for counts from when they were read;
+        a proposed interval holds from here, on every rank."""
         if flags["check_preemption"]:
             self.last_preemption_check = self._flags_time
+        if flags.get("every_steps", 0) > 0:
+            self.set_interval(int(round(flags["every_steps"])))
+            self.proposed = 0
 
     def reason(self, flags: dict[str, bool], progress: Progress, epoch_end: bool) -> str | None:
         """Why to checkpoint now (``final``, ``epoch end``, ``every N steps``, ``every T s``, ``preemption``)."""
@@ -68,10 +89,10 @@ class CheckpointPolicy:
             reason = "final"
         elif epoch_end and cfg.checkpoint.at_epoch_end:
             reason = "epoch end"
-        elif cfg.checkpoint.every_steps and p.global_step % cfg.checkpoint.every_steps == 0:
-            reason = f"every {cfg.checkpoint.every_steps} steps"
-        elif flags["time_checkpoint"]:
-            reason = f"every {cfg.checkpoint.every_seconds:g} s"
+        elif self.every_steps and p.global_step % self.every_steps == 0:
+            reason = f"every {self.every_steps} steps"
+        elif flags["time_checkpoint"] and self.every_seconds:
+            reason = f"every {self.every_seconds:g} s"
         if flags["check_preemption"] and not self.preemption_saved and self._preempted():
             reason = "preemption"  # a checkpoint due anyway now doubles as the just-in-time one
         return reason

@@ -26,6 +26,7 @@ import torch
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.loader import worker_data
 from elastic_train.models import build_model
+from elastic_train.train import interval
 from elastic_train.train import metrics as metric_math
 from elastic_train.train.budget import Budget
 from elastic_train.train.console import Console
@@ -83,6 +84,7 @@ class Session:
         self.restored = False
         self._eval_s = 0.0
         self._finalize_s = 0.0
+        self.interval_choice: interval.Choice | None = None  # checkpoint.every_steps=auto, rank 0's last
         self._build(record)
         host.fault.note("built")
 
@@ -175,6 +177,7 @@ class Session:
         self.goodput.book.loop_started(time.time())  # startup (or a restart) ends: steps count from here
         self.window = metric_math.Window(self.device)
         self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line, self.budget)  # clocks start
+        self._retune()  # a restart or a resumed job decides from what the run has learned
         first = True
         while not self.budget.done(p):
             self.console.epoch_bar(p.epoch, self.budget.epochs, steps_per_epoch, p.step_in_epoch)
@@ -267,10 +270,32 @@ class Session:
         blocked = time.perf_counter() - t0 - self._finalize_s  # the final flush is teardown, not a checkpoint
         book.finalize_s += self._finalize_s
         book.heartbeat(time.time(), p.global_step, 0.0, max(0.0, blocked - self._eval_s), self._eval_s)
+        book.totals.checkpoints += 1
+        self._retune()
         self.goodput.push(force=True)
         self.policy.checkpointed()
         self.window.reset()
         return metrics
+
+    def _retune(self) -> None:
+        """``checkpoint.every_steps=auto``: rank 0 decides again from the run's goodput totals (train/interval.py)
+        and proposes the interval to every rank; a change goes to the console (one line) and the tracker."""
+        c = self.cfg.checkpoint
+        if c.every_steps != "auto" or self.rank != 0:
+            return
+        t, step = self.goodput.book.totals, self.state.progress.global_step
+        choice = interval.choose_from_totals(t, step, self.cfg.failure.mtbf_s, self.world, c.min_every_steps)
+        if choice is None:
+            return
+        self.interval_choice = choice
+        self.policy.propose(choice.every_steps)
+        if choice.every_steps != t.auto_every_steps:
+            t.auto_every_steps, t.interval_changes = choice.every_steps, t.interval_changes + 1
+            self.console.line(choice.line())
+            self.tracker.log_metrics({"checkpoint_auto_every_steps": choice.every_steps,
+                                      "checkpoint_auto_interval_s": choice.interval_s,
+                                      "checkpoint_auto_cost_s": choice.checkpoint_cost_s,
+                                      "checkpoint_auto_mtbf_s": choice.mtbf_s}, step=step)
 
     def _checkpoint_metrics(self, reason: str) -> dict[str, Any]:
         """Validation, progress and train metrics, logged and printed; the run's summary too when final."""
@@ -318,6 +343,8 @@ class Session:
             "tracking_unsent": unsent.get("unsent", 0),
             "tracking_spool": unsent.get("spool_path"),
             "steps_per_epoch": self.data.steps_per_epoch,
+            "checkpoint_interval": ({**self.interval_choice.as_dict(), "changes": book.totals.interval_changes}
+                                    if self.interval_choice else None),
             **metric_math.perf_summary(self.throughput, self.bundle.spec, self.flops_per_sample, self.device,
                                        self.cfg),
         }
