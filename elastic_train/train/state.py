@@ -71,6 +71,9 @@ class Goodput:
     restarts: int = 0
     startup_s: float = 0.0  # each driver: its launch to its first training loop's start
     eval_s: float = 0.0  # training blocked on validation at checkpoints
+    checkpoints: int = 0  # checkpoints taken (their blocking cost: checkpoint_s + eval_s): train/interval.py
+    auto_every_steps: int = 0  # checkpoint.every_steps=auto: the interval in force (0: none chosen yet)
+    interval_changes: int = 0  # how often auto changed it
 
     def summary(self) -> dict[str, float]:
         out = asdict(self)
