@@ -71,3 +71,9 @@ def test_a_short_mixed_fault_campaign_survives_and_loses_nothing(world, seed):
     if "drain" in SEEDS[seed]:
         drain = next(r for r in report["faults"] if r["kind"] == "drain")
         assert drain["drain_accepted"] and drain["readded_step"] >= drain["fired_step"]
+    # the goodput simulator (bench/goodput_sim.py) predicts this campaign's goodput from its schedule and its
+    # measured costs within 3 points (issue 35; milliseconds: no run of its own)
+    from bench.goodput_sim import predict_campaign
+
+    pred = predict_campaign(report)
+    assert abs(pred["predicted_goodput_pct"] - pred["measured_goodput_pct"]) <= 3.0, pred
