@@ -41,6 +41,7 @@ def trial_run_name(trial_id: str) -> str:
 class SweepPlan:
     ctx: RunContext  # the sweep's: base config (+ sweep section), run name = sweep name, storage
     restoring: bool  # a Tune experiment of this name exists: continue it (Tuner.restore)
+    notes: tuple[str, ...] = ()  # what the plan changed in the defaults itself (one line each, in the header)
 
     @property
     def cfg(self) -> JobConfig:
@@ -60,6 +61,7 @@ class SweepPlan:
             lines.append(f"ray: {self.ctx.ray_target}")
         if self.ctx.cluster is not None:
             lines.append(self.ctx.cluster.render())
+        lines.extend(self.notes)
         return "\n".join(lines)
 
 
@@ -68,20 +70,34 @@ def plan_sweep(config_path: str | None, overrides: list[str], resume: str | None
     """Resolve and check the sweep without Ray. ``--resume NAME`` (or a reused ``name``) continues that sweep.
     ``launched``: when the sweep started (its wall counts from there); default now."""
     ctx = context.plan(config_path, overrides, resume, launched=launched)
+    cfg, notes = pbt_defaults(ctx.cfg)
+    ctx = replace(ctx, cfg=cfg)
     validate_sweep(ctx.cfg)
     ctx = replace(ctx, resuming=False)  # the sweep folder holds no checkpoints of its own; its trials do
     sweep_dir = RunStorage(ctx.storage_path, ctx.run_name).uri()
     restoring = _tune_state_exists(sweep_dir)
     if resume and not restoring:
         log.warning("sweep %s has no Tune state yet (stopped before its first save): starting it again", resume)
-    return SweepPlan(ctx, restoring)
+    return SweepPlan(ctx, restoring, notes)
+
+
+def pbt_defaults(cfg: JobConfig) -> tuple[JobConfig, tuple[str, ...]]:
+    """A PBT sweep from the defaults: ``checkpoint.every_seconds`` left at its default becomes null (epoch-end
+    checkpoints only, which a perturbed ``train.global_batch_size`` needs), with the one line saying so. A value
+    the user set stays and :func:`validate_pbt` refuses it, naming the field."""
+    s, c = cfg.sweep, cfg.checkpoint
+    if (s.scheduler != "pbt" or "train.global_batch_size" not in s.space or c.every_steps or not c.every_seconds
+            or "every_seconds" in c.model_fields_set):
+        return cfg, ()
+    note = (f"  pbt perturbs train.global_batch_size: checkpoint.every_seconds={c.every_seconds:g} (the default) "
+            "-> null, checkpoints at epoch ends only")
+    return config_mod.with_overrides(cfg, {"checkpoint.every_seconds": None}), (note,)
 
 
 def _tune_state_exists(sweep_dir: str) -> bool:
-    import pyarrow.fs
+    from ray.tune import Tuner
 
-    fs, base = pyarrow.fs.FileSystem.from_uri(sweep_dir if "://" in sweep_dir else f"file://{sweep_dir}")
-    return fs.get_file_info(f"{base.rstrip('/')}/tuner.pkl").type == pyarrow.fs.FileType.File
+    return Tuner.can_restore(sweep_dir)
 
 
 def validate_sweep(cfg: JobConfig) -> None:
@@ -147,7 +163,7 @@ def validate_pbt(cfg: JobConfig) -> None:
         field, value = ("checkpoint.every_steps", c.every_steps) if c.every_steps else (
             "checkpoint.every_seconds", c.every_seconds)
         raise ConfigError(field, value, "pbt perturbs train.global_batch_size: checkpoint at epoch ends only "
-                          "(null), so a clone never changes its batch mid-epoch")
+                          "(null, or leave it unset), so a clone never changes its batch mid-epoch")
 
 
 def probe_values(dist: Distribution) -> list[Any]:

@@ -348,3 +348,22 @@ def test_synchronous_pbt_restarts_only_trials_that_must(strong_last):
     assert weak.status == Trial.PAUSED and strong.status == (Trial.RUNNING if strong_last else Trial.PAUSED)
     assert weak.run_metadata.checkpoint_manager._latest_checkpoint_result.checkpoint.path == \
         f"/nowhere/{strong.trial_id}"  # the weak trial restarts from the strong one's checkpoint
+
+
+def test_pbt_runs_from_the_defaults_and_says_what_it_changed(capsys):
+    """``jobs.sweep data.name=digits sweep.scheduler=pbt``: the default time-based checkpoints go, in one line;
+    a value the user set is still refused, naming the field (issue 34 item 2)."""
+    from elastic_train.sweep.plan import pbt_defaults
+    from jobs import sweep as sweep_job
+
+    cfg, notes = pbt_defaults(config_mod.load(None, ["data.name=digits", "sweep.scheduler=pbt"]))
+    assert cfg.checkpoint.every_seconds is None and len(notes) == 1 and "checkpoint.every_seconds" in notes[0]
+    validate_sweep(cfg)
+    assert pbt_defaults(config_mod.load(None, ["sweep.scheduler=asha"]))[1] == ()
+    mine = config_mod.load(None, ["sweep.scheduler=pbt", "checkpoint.every_seconds=120"])
+    assert pbt_defaults(mine)[0] is mine
+    with pytest.raises(ConfigError) as e:
+        validate_sweep(mine)
+    assert e.value.field == "checkpoint.every_seconds"
+    assert sweep_job.main(["data.name=digits", "sweep.scheduler=pbt", "--print-config"]) == 0
+    assert "every_seconds: null" in capsys.readouterr().out
