@@ -262,6 +262,9 @@ def predict_campaign(report: dict, costs: Costs | None = None) -> dict:
     ckpt_steps = {s for s in range(1, steps + 1) if s % every == 0 or s % per_epoch == 0 or s == steps}
     faults = sorted((r["fired_step"] if r["mode"] == "save" else r["scheduled_step"], r["mode"])
                     for r in report["faults"] if r.get("fired"))
+    # a node back (after ``node`` or ``drain``): the group grows, a restart from the last checkpoint
+    faults += [(r["readded_step"], "grow") for r in report["faults"] if r.get("readded_step") is not None]
+    faults.sort()
     recovery = costs.recovery_s(1)
     # the checkpoint cost from the measured blocking time over the checkpoints this schedule takes
     t = productive = lost = 0.0
@@ -271,7 +274,7 @@ def predict_campaign(report: dict, costs: Costs | None = None) -> dict:
         s += 1
         t += costs.step_s
         productive += costs.step_s
-        due = [f for f in pending if f[0] == s and f[1] in ("exit", "raise", "node", "driver")]
+        due = [f for f in pending if f[0] == s and f[1] in ("exit", "raise", "node", "driver", "grow")]
         drain = [f for f in pending if f[0] == s and f[1] == "drain"]
         if s in ckpt_steps or drain:  # a drain: the just-in-time checkpoint, then the restart (nothing lost)
             save = [f for f in pending if f[1] == "save" and f[0] == s]
