@@ -60,8 +60,10 @@ sys.path.insert(0, str(ROOT))
 N_TRAIN, GLOBAL_BATCH = 1438, 128  # digits: train samples, and the preset's global batch
 STEPS_PER_EPOCH = N_TRAIN // GLOBAL_BATCH
 WORKER_KINDS = ("exit", "raise", "save", "pair")
-CAMPAIGN_KINDS = ("node", "drain", "driver", "mlflow")
-KINDS = WORKER_KINDS + CAMPAIGN_KINDS
+CAMPAIGN_KINDS = ("node", "drain", "driver", "mlflow", "host", "partition")
+KINDS = WORKER_KINDS + CAMPAIGN_KINDS[:4]  # the single-host Cluster's campaign
+HOSTS_KINDS = WORKER_KINDS + ("host", "partition", "driver", "mlflow")  # --hosts: separate hosts (cluster.sim)
+LOSS_KINDS = ("node", "drain", "host", "partition")  # a worker node or host goes and comes back
 NAME = "chaos"
 
 
@@ -107,13 +109,15 @@ def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, worker
         step = rng.choice(sorted(free))
         if kind in CAMPAIGN_KINDS:
             end = step + gap
-            last = total_steps - 2 - (readd_room if kind in ("node", "drain") else 0)  # the window's latest end
+            last = total_steps - 2 - (readd_room if kind in LOSS_KINDS else 0)  # the window's latest end
             if end > last or any(a <= end and step <= b for a, b in windows):
                 continue
             if kind == "mlflow" and step > total_steps // 2:
                 continue
             windows.append((step, end))
             faults.append({"kind": kind, "mode": kind, "step": step, "until": end, "rank": None})
+            if kind == "partition":  # how long the link stays down
+                faults[-1]["down_s"] = round(rng.uniform(10, 20), 1)
             free.discard(step)
         elif kind == "pair":
             second = step + rng.randint(1, max(1, every - 1))
@@ -127,7 +131,7 @@ def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, worker
             faults.append({"kind": kind, "mode": kind, "step": step, "rank": rng.randrange(workers)})
             free.discard(step)
     faults.sort(key=lambda f: f["step"])
-    shrunk = min((f["step"] for f in faults if f["kind"] in ("node", "drain")), default=None)
+    shrunk = min((f["step"] for f in faults if f["kind"] in LOSS_KINDS), default=None)
     for f in faults:
         if f["kind"] in WORKER_KINDS and shrunk is not None and f["step"] >= shrunk:
             f["rank"] = 0
@@ -193,6 +197,17 @@ class World:
     def worker_nodes(self) -> list[Any]:
         return [n for n in self.cluster.list_all_nodes() if n is not self.cluster.head_node]
 
+    def add_back(self, ev: dict) -> None:
+        """A worker node again, after a ``node`` or ``drain`` fault (``ev``: its event)."""
+        self.cluster.add_node(num_cpus=self.node_cpus)
+
+    def driver(self, name: str, argv: list[str], spec: str | None, log: Path) -> Driver:
+        return Driver(self, argv, job_env(self, spec), log)
+
+    def job_argv(self, name: str, epochs: int, workers: int, every: int, trace: Path | None,
+                 summary: Path) -> list[str]:
+        return job_argv(self, name, epochs, workers, every, trace, summary)
+
     def wait_cpus_free(self, timeout_s: float = 60) -> bool:
         """Until every CPU of the cluster is free again (a killed driver's workers are gone), bounded."""
         import ray
@@ -249,6 +264,210 @@ class Driver:
         return self.proc.poll() if self.proc is not None else None
 
 
+# ------------------------------------------------------------------------------------------------ separate hosts
+
+
+class SimMlflow:
+    """The sim's ``mlflow server`` (tracking.server, which execs it, in the services namespace: cluster/sim.py
+    ``_services``), stopped by its process group and started again with the same command line and environment."""
+
+    def __init__(self, sim: Any):
+        self.sim, self.uri = sim, sim.mlflow_uri
+        self.pid = self._find()
+        self.argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        env = Path(f"/proc/{self.pid}/environ").read_bytes().decode(errors="replace").split("\0")
+        self.env = dict(e.split("=", 1) for e in env if "=" in e)
+        self.log = Path(sim.state) / "logs" / "mlflow.log"
+
+    def _find(self) -> int:
+        from cluster import sim as simulator
+
+        for pid in sorted(simulator.ns_pids(self.sim.services_ns)):  # the server's first process: its leader
+            try:
+                if b"\0mlflow\0server\0" in Path(f"/proc/{pid}/cmdline").read_bytes():  # tracking.server execs it
+                    self.pgid = os.getpgid(pid)
+                    return pid
+            except OSError:
+                continue
+        raise RuntimeError("cluster.sim: no `mlflow server` process in the services namespace")
+
+    @property
+    def running(self) -> bool:
+        try:
+            os.killpg(self.pgid, 0)
+            return True
+        except OSError:
+            return False
+
+    def healthy(self) -> bool:
+        from cluster import sim as simulator
+
+        return simulator._http_ok(f"{self.uri}/health")
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group (it leads its session), SIGKILL after 10 s; bounded."""
+        for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.pgid, sig)
+            except ProcessLookupError:
+                return
+            if wait_until(lambda: not self.running, wait_s, poll=0.1):
+                return
+
+    def start(self) -> None:
+        from cluster import sim as simulator
+
+        self.pid = self.pgid = simulator.spawn(["ip", "netns", "exec", self.sim.services_ns, *self.argv], self.env,
+                                               self.log)  # its own session: the pid leads its group
+        wait_until(self.healthy, 180, poll=0.25)
+
+
+class HostsDriver(Driver):
+    """The job submitted from the laptop with ``ray job submit`` to the head's dashboard (tests/hosts); killed with
+    ``ray job stop`` (SIGTERM to the driver, SIGKILL 3 s later) and submitted again under a new submission id."""
+
+    def __init__(self, world: HostsWorld, name: str, argv: list[str], runtime_env: dict, log: Path):
+        super().__init__(world, argv, world.laptop_env(), log)
+        self.name, self.runtime_env = name, runtime_env
+
+    def _ray(self, *args: str) -> list[str]:
+        return [str(Path(sys.executable).with_name("ray")), "job", *args]
+
+    @property
+    def submission_id(self) -> str:
+        return f"{self.name}-{self.launches}"
+
+    def launch(self) -> None:
+        self.launches += 1
+        argv = self._ray("submit", "--submission-id", self.submission_id, "--working-dir", str(ROOT),
+                         "--runtime-env-json", json.dumps(self.runtime_env), "--", "python", "-m", "jobs.train",
+                         *self.argv)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with open(self.log, "ab") as log:
+                subprocess.run(self._ray("stop", self.submission_id), cwd=ROOT, env=self.env, stdout=log,
+                               stderr=log, timeout=90, check=False)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+
+
+@dataclass
+class HostsWorld(World):
+    """The campaign on separate hosts: a ``cluster.sim`` cluster of a head (0 CPUs) and two worker hosts (1 CPU
+    each), each a network namespace with its own address and ``/tmp``; S3 (moto) and ``mlflow server`` on the
+    bridge; jobs from the laptop with ``ray job submit``; checkpoints in ``s3://sim/runs``. ``home`` is under the
+    sim's state folder (every host sees it, like an NFS mount): traces, markers and summaries go there."""
+
+    sim: Any = None
+    down_hosts: set[int] = field(default_factory=set)
+
+    @classmethod
+    def start(cls, home: Path | None = None, nodes: int = 2, bridge: str = "etchaos0",
+              subnet: str = "198.18.5") -> HostsWorld:
+        from cluster import sim as simulator
+
+        quiet = lambda *_: None  # noqa: E731
+        simulator.down(bridge=bridge, say=quiet)  # what a killed earlier campaign left
+        sim = simulator.up(1 + nodes, bridge=bridge, subnet=subnet, worker_cpus=1, head_cpus=0, say=quiet)
+        try:
+            home = Path(sim.state) / "campaign"
+            home.mkdir(parents=True)
+            return cls(home, None, SimMlflow(sim), sim=sim)
+        except BaseException:
+            simulator.down(sim, say=quiet)
+            raise
+
+    def stop(self) -> None:
+        from cluster import sim as simulator
+
+        simulator.down(self.sim, say=lambda *_: None)
+
+    def worker_nodes(self) -> list[Any]:
+        return self.sim.hosts[1:]
+
+    def laptop_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "AWS_", "MLFLOW_", "ELASTIC_TRAIN_"))}
+        env.update({k: v for k, v in self.sim.laptop_env().items() if k.startswith("RAY_")})
+        return env
+
+    def job_argv(self, name: str, epochs: int, workers: int, every: int, trace: Path | None,
+                 summary: Path) -> list[str]:
+        argv = job_argv(self, name, epochs, workers, every, trace, summary)
+        argv[1] = "configs/digits.yaml"  # the working dir the job runs in
+        return [a for a in argv if not a.startswith("checkpoint.storage_path=")] + [
+            "checkpoint.storage_path=s3://sim/runs", "scaling.placement_strategy=STRICT_SPREAD"]
+
+    def driver(self, name: str, argv: list[str], spec: str | None, log: Path) -> Driver:
+        env = {**self.sim.job_env(), "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
+               "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": "0.5"}
+        if spec:
+            env["ELASTIC_TRAIN_FAULT"] = spec
+        return HostsDriver(self, name, argv, {"env_vars": env}, log)
+
+    def victim(self, trace: Path) -> int:
+        """The worker host of rank 0 now (its metrics sender goes with it), from the trace's last line's pid;
+        the first worker host that is up when that pid is on none."""
+        from cluster import sim as simulator
+
+        path, pid = Path(f"{trace}.rank0"), None
+        if path.exists():
+            with open(path, "rb") as f:
+                f.seek(max(0, path.stat().st_size - 4096))
+                lines = [x for x in f.read().decode(errors="replace").splitlines()[1:] if x.strip()]
+            with_pid = [json.loads(x) for x in lines if '"pid"' in x]
+            pid = with_pid[-1]["pid"] if with_pid else None
+        host = simulator.host_of_pid(self.sim, pid) if pid else None
+        if host in (None, 0) or host in self.down_hosts:
+            host = next(h.index for h in self.sim.hosts[1:] if h.index not in self.down_hosts)
+        return host
+
+    def kill_host(self, index: int) -> int:
+        from cluster import sim as simulator
+
+        self.down_hosts.add(index)
+        return simulator.kill(self.sim, index)
+
+    def partition(self, index: int) -> None:
+        from cluster import sim as simulator
+
+        self.down_hosts.add(index)
+        simulator.partition(self.sim, index)
+
+    def heal(self, index: int) -> int:
+        """The link up again; the healed raylet exits by itself ("marked dead"): what is left is killed."""
+        from cluster import sim as simulator
+
+        simulator.heal(self.sim, index)
+        return simulator.kill(self.sim, index)
+
+    def add_back(self, ev: dict) -> None:
+        from cluster import sim as simulator
+
+        simulator.join(self.sim, ev["host"])
+        self.down_hosts.discard(ev["host"])
+
+    def wait_cpus_free(self, timeout_s: float = 60) -> bool:
+        """Until no Ray Train worker or controller actor of an earlier driver is alive (state API), bounded."""
+        from cluster import sim as simulator
+
+        def free() -> bool:
+            code, body = simulator._api(self.sim, "/api/v0/actors?limit=1000&filter_keys=state"
+                                                  "&filter_predicates=%3D&filter_values=ALIVE")
+            if code != 200 or not isinstance(body, dict):
+                return False
+            actors = body["data"]["result"]["result"]
+            return not any("Train" in (a.get("class_name") or "") for a in actors)
+
+        return wait_until(free, timeout_s, poll=0.5)
+
+
 def drain_for_preemption(address: str, node_id: str, deadline_s: int) -> tuple[bool, str]:
     """Ray's drain API (the GCS ``DrainNode`` call the autoscaler uses for spot reclaims)."""
     import ray
@@ -299,12 +518,13 @@ def reference(world: World, epochs: int, workers: int, every: int, timeout_s: fl
     if out.exists():
         return json.loads(out.read_text())
     world.wait_cpus_free()
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", *job_argv(world, name, epochs, workers, every, None,
-                                                                        out)],
-                          cwd=ROOT, env=job_env(world, None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          timeout=timeout_s, check=False)
+    driver = world.driver(name, world.job_argv(name, epochs, workers, every, None, out), None,
+                          world.home / f"{name}.log")
+    driver.launch()
+    if not wait_until(lambda: driver.poll() is not None, timeout_s, poll=0.5):
+        driver.kill()
     summary = json.loads(out.read_text()) if out.exists() else {"status": "NO SUMMARY"}
-    summary["exit_code"] = proc.returncode
+    summary["exit_code"] = driver.poll()
     return summary
 
 
@@ -315,14 +535,15 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
     run_home = world.home / name
     run_home.mkdir()
     markers, trace, out = run_home / "markers", run_home / "trace", run_home / "summary.json"
-    driver = Driver(world, job_argv(world, name, epochs, workers, every, trace, out),
-                    job_env(world, fault_spec(schedule, markers, delay)), run_home / "driver.log")
+    driver = world.driver(name, world.job_argv(name, epochs, workers, every, trace, out),
+                          fault_spec(schedule, markers, delay), run_home / "driver.log")
     progress = Progress(trace)
     last_readd = epochs * STEPS_PER_EPOCH - 2
     # actions: (step, order, what, fault index); a window's end is queued when its start fires
     actions = [(f["step"], 0, f["kind"], i) for i, f in enumerate(schedule) if f["kind"] in CAMPAIGN_KINDS]
     events: dict[int, dict] = {}
     draining: dict[int, tuple] = {}  # drains awaiting their just-in-time checkpoint: fault index -> (node, until)
+    cut: dict[int, float] = {}  # partitions: fault index -> when the link comes up again (monotonic)
     world.wait_cpus_free()
     t0 = time.time()
     driver.launch()
@@ -337,6 +558,19 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
             actions.remove(a)
             _, _, what, i = a
             ev = events.setdefault(i, {})
+            if what in ("host", "partition") and (cut or getattr(world, "down_hosts", None)):
+                actions.append((step + 1, 0, what, i))  # one worker host away at a time: the other trains
+                continue
+            if what in ("host", "partition"):
+                victim = world.victim(trace)
+                ev.update(fired=True, fired_step=step, unix=time.time(), host=victim)
+                if what == "host":  # every process of the host SIGKILLed at once; it joins again a few steps later
+                    ev["processes_killed"] = world.kill_host(victim)
+                    actions.append(_readd_action(i, step, schedule, events, last_readd))
+                else:  # the link down for down_s, then up, the leftovers killed, the host joined again
+                    world.partition(victim)
+                    cut[i] = time.monotonic() + schedule[i]["down_s"]
+                continue
             if what in ("node", "drain"):
                 nodes = world.worker_nodes()
                 if not nodes:  # nothing to take away now: try again at the next step
@@ -353,7 +587,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                 world.cluster.remove_node(nodes[0])
                 actions.append(_readd_action(i, progress.poll(), schedule, events, last_readd))
             elif what == "readd":
-                world.cluster.add_node(num_cpus=world.node_cpus)
+                world.add_back(ev)
                 ev.update(readded_step=step, readded_unix=time.time())
             elif what == "driver":
                 ev.update(fired=True, fired_step=step, unix=time.time())
@@ -368,6 +602,10 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                 world.mlflow.stop()
                 _ensure_server(world, wait=False)
                 ev.update(restart_issued_unix=time.time())
+        for i, until in list(cut.items()):
+            if time.monotonic() >= until:
+                del cut[i]
+                _heal_and_rejoin(world, events[i], progress.poll())
         for i, (node, until) in list(draining.items()):
             jit = _preemption_checkpoint(run_home)
             if jit or time.monotonic() > until or progress.poll() >= last_readd - 1:
@@ -380,6 +618,9 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                 ev.update(back_unix=time.time(), back_step=progress.poll())
         time.sleep(0.05)
     rc = driver.poll()
+    for i in cut:  # a partition the run outlived: healed and joined now
+        _heal_and_rejoin(world, events[i], progress.poll())
+        events[i]["healed_after_end"] = True
     if not world.mlflow.healthy():
         _ensure_server(world)
     for i, (node, _) in draining.items():  # a drain the run outlived: its node goes now and comes back below
@@ -389,7 +630,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
         actions.append(_readd_action(i, progress.poll(), schedule, events, last_readd))
     for a in actions:  # windows still open when the run ended: close them (a node back, the server up)
         if a[2] == "readd":
-            world.cluster.add_node(num_cpus=world.node_cpus)
+            world.add_back(events[a[3]])
             events[a[3]]["readded_after_end"] = True
     summary = json.loads(out.read_text()) if out.exists() else {"status": "NO SUMMARY"}
     summary.update(exit_code=rc, chaos_wall_s=round(time.time() - t0, 1), driver_launches=driver.launches)
@@ -401,6 +642,13 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
         if "back_unix" in ev:  # from the stop to the first answer of the restarted server
             ev["outage_s"] = round(ev["back_unix"] - ev["unix"], 2)
     return summary, [events.get(i, {}) for i in range(len(schedule))], run_home
+
+
+def _heal_and_rejoin(world: HostsWorld, ev: dict, step: int) -> None:
+    ev.update(healed_unix=time.time(), healed_step=step)
+    ev["leftovers_killed"] = world.heal(ev["host"])
+    world.add_back(ev)
+    ev.update(readded_step=step, readded_unix=time.time())
 
 
 def _ensure_server(world: World, wait: bool = True) -> None:
@@ -473,7 +721,9 @@ def analyse(schedule: list[dict], events: list[dict], markers: Path) -> list[dic
             ev = events[i]
             row.update({k: v for k, v in ev.items() if not k.endswith("_unix")})
             if ev.get("fired"):
-                row["detection_s"] = 0.0
+                row["detection_s"] = None if f["kind"] in ("host", "partition") else 0.0
+            if "down_s" in f:
+                row["down_s"] = f["down_s"]
         rows.append(row)
     times = sorted(r["unix"] for r in rows if r.get("fired") and r["kind"] != "mlflow")  # faults that restart
     for row in rows:
@@ -482,9 +732,44 @@ def analyse(schedule: list[dict], events: list[dict], markers: Path) -> list[dic
             row.update(recovery_phases(row, markers, until=later[0] if later else None) or {})
             if row.get("detection_s") is None and "ray_train_phases_s" in row:
                 row["detection_s"] = row["ray_train_phases_s"]["detection_s"]
+            if row.get("detection_s") is None and row["kind"] in ("host", "partition"):
+                row["detection_s"] = failure_decision_after(markers, row["unix"])
         elif row.get("fired"):
             row["steps_lost"] = 0  # training went on; the metrics waited in rank 0's sender
     return rows
+
+
+def failure_decision_after(markers: Path, unix: float) -> float | None:
+    """Seconds from ``unix`` (a host lost or cut off) to the Train controller's next failure decision."""
+    path = markers / "controller.jsonl"
+    if not path.exists():
+        return None
+    t = next((e["unix"] for e in read_jsonl([path]) if e["event"] == "failure_decision" and e["unix"] >= unix), None)
+    return round(t - unix, 2) if t is not None else None
+
+
+def by_kind(rows: list[dict]) -> dict:
+    """Per fault kind: how many fired, mean detection and recovery, and the mean of each recovery phase."""
+    out = {}
+    for kind in sorted({r["kind"] for r in rows if r.get("fired")}):
+        rs = [r for r in rows if r["kind"] == kind and r.get("fired")]
+
+        def mean(values: list) -> float | None:
+            values = [v for v in values if v is not None]
+            return round(statistics.mean(values), 2) if values else None
+
+        phases = {}
+        for key in ("phases_s", "ray_train_phases_s"):
+            names = sorted({n for r in rs for n in r.get(key, {})})
+            if names:
+                phases[key] = {n: mean([r.get(key, {}).get(n) for r in rs]) for n in names}
+        out[kind] = {"fired": len(rs), "mean_detection_s": mean([r.get("detection_s") for r in rs]),
+                     "worst_detection_s": max((r["detection_s"] for r in rs if r.get("detection_s") is not None),
+                                              default=None),
+                     "mean_recovery_s": mean([r.get("recovery_s") for r in rs]),
+                     "worst_recovery_s": max((r["recovery_s"] for r in rs if r.get("recovery_s") is not None),
+                                             default=None), **phases}
+    return out
 
 
 def recovery_phases(fault: dict, markers: Path, until: float | None = None) -> dict | None:
@@ -601,7 +886,7 @@ def campaign(world: World, seed: int, n_faults: int, epochs: int, workers: int, 
     a, b = (s.get("final_metrics", {}).get("train_loss") for s in (chaos, clean))
     injected = sum(r["fired"] for r in rows)
     finished = chaos.get("status") == "FINISHED"
-    senders_done = wait_for_senders(world, name, chaos.get("mlflow_run_id"))
+    senders_done = None if isinstance(world, HostsWorld) else wait_for_senders(world, name, chaos.get("mlflow_run_id"))
     tracked = mlflow_checks(chaos, name) if "mlflow_run_id" in chaos else {"mlflow_error": "no summary"}
     for r in rows:
         r.pop("unix", None)
@@ -609,6 +894,7 @@ def campaign(world: World, seed: int, n_faults: int, epochs: int, workers: int, 
         "benchmark": "chaos", "seed": seed, "workers": f"[1,{workers}]", "epochs": epochs, "steps": total,
         "checkpoint_every_steps": every, "step_delay_s": delay, "nodes": 1 + len(world.worker_nodes()),
         "measured_under": "load (shared 2-core box)", "faults": rows,
+        "hosts": isinstance(world, HostsWorld), "by_kind": by_kind(rows),
         "totals": {
             "scheduled": len(schedule), "injected": injected, "survived": injected if finished else 0,
             "kinds": sorted({r["kind"] for r in rows if r["fired"]}),
@@ -668,18 +954,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=1, help="worker nodes besides the head (1 CPU each)")
     p.add_argument("--every", type=int, default=5, help="checkpoint.every_steps")
     p.add_argument("--delay", type=float, default=0.15, help="seconds each step is stretched by")
-    p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
+    p.add_argument("--kinds", help=f"comma-separated subset of {','.join(KINDS)} (--hosts: of {','.join(HOSTS_KINDS)})")
+    p.add_argument("--hosts", action="store_true", help="on separate hosts: cluster.sim, a head and 2 worker hosts")
+    p.add_argument("--bridge", default="etchaos0", help="--hosts: the sim's bridge (its own, apart from tests')")
+    p.add_argument("--subnet", default="198.18.5", help="--hosts: the sim's /24 (of 198.18.0.0/15)")
     p.add_argument("--smoke", action="store_true", help="6 faults over 3 epochs")
     p.add_argument("--timeout", type=float, default=900, help="seconds each run (reference, faulted) may take")
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (driver logs, traces, markers)")
     args = p.parse_args(argv)
     if args.smoke:
         args.faults, args.epochs = 6, 3
-    kinds = tuple(k for k in args.kinds.split(",") if k)
-    if unknown := set(kinds) - set(KINDS):
-        p.error(f"--kinds: unknown {sorted(unknown)}")
+    allowed = HOSTS_KINDS if args.hosts else KINDS
+    kinds = tuple(k for k in (args.kinds or ",".join(allowed)).split(",") if k)
+    if unknown := set(kinds) - set(allowed):
+        p.error(f"--kinds: {sorted(unknown)} not among {','.join(allowed)}{' (--hosts)' if args.hosts else ''}")
+    if args.hosts:
+        from cluster import sim as simulator
+
+        if (why := simulator.namespaces_supported()) is not None:
+            p.error(f"--hosts: separate hosts need network namespaces: {why}")
     with tempfile.TemporaryDirectory(prefix="et-chaos-") as tmp:
-        world = World.start(Path(args.keep or tmp), nodes=args.nodes)
+        if args.hosts:  # a head (0 CPUs) and 2 worker hosts; the run's files under the sim's state folder
+            world = HostsWorld.start(nodes=2, bridge=args.bridge, subnet=args.subnet)
+        else:
+            world = World.start(Path(args.keep or tmp), nodes=args.nodes)
         try:
             report = campaign(world, args.seed, args.faults, args.epochs, args.workers, args.every, args.delay, kinds,
                               timeout_s=args.timeout)
