@@ -119,6 +119,31 @@ def test_three_faults_of_three_kinds_end_bitwise_equal_and_exactly_once(runs, mo
     assert len(steps) == len(set(steps)) and max(steps) == crashed["steps"]
 
 
+def test_auto_checkpoint_interval_is_chosen_from_the_first_measured_checkpoint_and_summarised(runs):
+    """checkpoint.every_steps=auto with a prior (issue 35): nothing chosen before the first measured checkpoint
+    (the epoch end at step 11), then the Young-Daly interval from its cost, the step time and the posterior MTBF
+    (the run's wall, mostly start-up, outweighs a 2 s prior: no failure in it), proposed by rank 0 and broadcast
+    at the next sync point (a disagreement between ranks would hang the all-reduce: the run finishing says it did
+    not), in the summary and in MLflow. ~15 s (one 2-worker run)."""
+    import math
+
+    from mlflow.tracking import MlflowClient
+
+    tmp, _ = runs
+    auto = run_job(tmp, "auto", "scaling.num_workers=2", "checkpoint.every_steps=auto", "failure.mtbf_s=2",
+                   "checkpoint.min_every_steps=3", "tracking.log_every_steps=1")
+    assert auto["status"] == "FINISHED" and auto["steps"] == 22
+    c = auto["checkpoint_interval"]
+    assert c["changes"] == 1 and c["prior_mtbf_s"] == 2.0 and c["workers"] == 2 and c["restarts"] == 0
+    assert c["mtbf_s"] == pytest.approx(2.0 / 2 + c["wall_s"])  # one pseudo-failure over 1 s, plus the wall
+    assert c["interval_s"] == pytest.approx(math.sqrt(2 * c["checkpoint_cost_s"] * c["mtbf_s"]))
+    assert c["every_steps"] == max(3, round(c["interval_s"] / c["step_s"]))
+    assert auto["goodput_run"]["auto_every_steps"] == c["every_steps"] and auto["goodput_run"]["checkpoints"] >= 1
+    history = MlflowClient(tracking_uri=auto["tracking_uri"]).get_metric_history(auto["mlflow_run_id"],
+                                                                                 "checkpoint_auto_every_steps")
+    assert [(m.step, m.value) for m in history] == [(11, float(c["every_steps"]))]
+
+
 def test_rerunning_a_finished_run_trains_nothing(runs):
     tmp, two = runs
     again = run_job(tmp, "two", "scaling.num_workers=2", "checkpoint.every_steps=5")
