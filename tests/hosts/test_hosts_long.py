@@ -39,18 +39,24 @@ def test_the_heads_host_cut_off_for_5_s_is_survived(sim):
     assert len(simulator.alive_nodes(sim)) == 3  # nobody was declared dead
 
 
-def _laptop_submit(sim, **env_extra: str) -> subprocess.CompletedProcess:
+def _laptop_submit(sim, home, **env_extra: str) -> subprocess.CompletedProcess:
+    """A stranger on the laptop: no token file in its HOME, only what ``env_extra`` gives."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "AWS_", "MLFLOW_"))}
-    env.update({"RAY_ADDRESS": sim.dashboard_url, **env_extra})
+    env.update({"RAY_ADDRESS": sim.dashboard_url, "HOME": str(home), **env_extra})
     return subprocess.run([RAY, "job", "submit", "--working-dir", str(ROOT), "--", "python", "-c", "print(1)"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_a_wrong_token_or_none_is_refused_from_the_laptop(sim):
-    wrong = _laptop_submit(sim, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
-    assert wrong.returncode != 0 and "403" in wrong.stdout + wrong.stderr, wrong
-    none = _laptop_submit(sim)
-    assert none.returncode != 0 and "401" in none.stdout + none.stderr, none
+def test_a_wrong_token_or_none_is_refused_from_the_laptop(sim, tmp_path):
+    jobs_before = simulator._api(sim, "/api/jobs/")[1]
+    for label, extra, words in [
+        ("wrong token", {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}, ("403", "Forbidden")),
+        ("no token", {}, ("401", "Unauthorized", "token authentication is enabled")),
+    ]:
+        out = _laptop_submit(sim, tmp_path, **extra)
+        assert out.returncode != 0, (label, out)
+        assert any(w in out.stdout + out.stderr for w in words), (label, out.stdout[-1500:], out.stderr[-1500:])
+    assert simulator._api(sim, "/api/jobs/")[1] == jobs_before  # no job was created
 
 
 def _port_from(sim, host_index: int, ip: str, port: int) -> str:
