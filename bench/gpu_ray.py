@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GOALS = {"engine_vs_plain_mfu_ratio": 0.98, "mfu": 0.50, "data_wait_share": 0.01}
 # seconds per part on one H200 (compile included); --smoke uses SMOKE_BOUNDS
 BOUNDS = {"a": 190, "b": 110, "c": 70, "d": 90}  # 460 s: the whole run < 8 min with the install
-SMOKE_BOUNDS = {"a": 150, "b": 120, "c": 120, "d": 180}
+SMOKE_BOUNDS = {"a": 300, "b": 240, "c": 240, "d": 300}  # a 2-core box under others' load
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
