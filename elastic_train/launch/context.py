@@ -145,7 +145,7 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
 def connect(ctx: RunContext, address: str | None = None) -> RunContext:
     """Build the data and the model once on the driver (a mistake exits 2, no cluster touched), then connect to
     Ray and check the cluster: nodes, resources, storage."""
-    from elastic_train.launch.preflight import check_cluster, check_static
+    from elastic_train.launch.preflight import check_cluster, check_static, check_stream_cpus_first
 
     def build() -> tuple[DataBundle, int]:
         built = check_static(ctx.cfg)
@@ -159,6 +159,7 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
 
     if precheck_on_cluster_source(ctx.cfg):  # read on the cluster (Ray Data): files checked, then Ray, then build
         target = ray_start()
+        check_stream_cpus_first(ctx.cfg)  # before the build's counting pass over a streamed data set
         bundle, n_params = build()
     else:  # built here first: a mistake in the data or the model exits 2 before any cluster is touched
         bundle, n_params = build()

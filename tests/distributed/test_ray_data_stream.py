@@ -55,6 +55,22 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
     assert stream_exactly_once_problems(records, n_train(n), G, epochs=2) == []
 
 
+def test_stream_on_too_few_cpus_is_refused_before_the_counting_pass(ray_session, home, tmp_path, capsys):
+    """The free-CPU check runs before the data is read: a preprocess that fails the first block it sees is never
+    run (its error would come from the build's counting pass). ~3 s."""
+    from jobs import train
+    from tests.conftest import RAY_TEST_CPUS
+
+    write_digits_parquet(str(tmp_path / "digits"), files=1)
+    argv = ["--config", "configs/digits.yaml", *tiny(
+        "name=stream-cpus", f"checkpoint.storage_path={home}", *stream_overrides(tmp_path / "digits", tmp_path / "t"),
+        "data.preprocess=tests.helpers.ray_data:counting_pass_ran", "scaling.num_workers=1",
+        f"scaling.resources_per_worker={{CPU: {RAY_TEST_CPUS}}}")]
+    assert train.main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "scaling.num_workers" in err[0] and "needs at least 1 free CPU" in err[0], err
+
+
 STORE = 80_000_000  # Ray's minimum object store is 75 MiB (78.6 MB)
 
 
