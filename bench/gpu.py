@@ -38,13 +38,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elastic_train.data import text  # noqa: E402
-from elastic_train.data.batching import BatchPlan  # noqa: E402
-from elastic_train.data.loader import WorkerData  # noqa: E402
-from elastic_train.models import build_model  # noqa: E402
-from elastic_train.train import metrics  # noqa: E402
-from elastic_train.train.fsdp import shard_model  # noqa: E402
-from elastic_train.train.loop import Precision, loss_function, make_optimizer, make_scheduler, train_step  # noqa: E402
+from elastic_train.data import text
+from elastic_train.data.batching import BatchPlan
+from elastic_train.data.loader import WorkerData
+from elastic_train.models import build_model
+from elastic_train.train import metrics
+from elastic_train.train.fsdp import shard_model
+from elastic_train.train.loop import Precision, loss_function, make_optimizer, make_scheduler, train_step
 
 SMOKE_PEAK_TFLOPS = 0.5  # a nominal CPU peak so the smoke run's MFU arithmetic is exercised end to end
 GOALS = {"engine_vs_plain_mfu_ratio": 0.98, "mfu_h200": 0.45}

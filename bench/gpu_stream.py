@@ -28,12 +28,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elastic_train.data.batching import BatchPlan  # noqa: E402
-from elastic_train.data.loader import WorkerData  # noqa: E402
-from elastic_train.data.spec import DataBundle, DataSpec, StreamSplit, TensorSet  # noqa: E402
-from elastic_train.data.stream import StreamData, batch_tensors  # noqa: E402
-from elastic_train.models.registry import SmallCNN  # noqa: E402
-from elastic_train.train.loop import Precision, train_step  # noqa: E402
+from elastic_train.data.batching import BatchPlan
+from elastic_train.data.loader import WorkerData
+from elastic_train.data.spec import DataBundle, DataSpec, StreamSplit, TensorSet
+from elastic_train.data.stream import StreamData, batch_tensors
+from elastic_train.models.registry import SmallCNN
+from elastic_train.train.loop import Precision, train_step
 
 
 class TableSource:

@@ -225,7 +225,7 @@ def spawn(argv: list[str], env: dict[str, str], log: Path, pass_fds: tuple[int, 
     return proc.pid
 
 
-def wait_until(ready, what: str, timeout_s: float, log: Path | None = None) -> None:  # noqa: ANN001
+def wait_until(ready, what: str, timeout_s: float, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not ready():
         if time.monotonic() > deadline:
@@ -279,7 +279,7 @@ def namespaces_supported() -> str | None:
 
 def up(hosts: int, bridge: str = DEFAULT_BRIDGE, subnet: str = DEFAULT_SUBNET, state: str | None = None,
        worker_cpus: float = 1, head_cpus: float = 0, dashboard_port: int = 0, services: bool = True,
-       say=print) -> Sim:  # noqa: ANN001
+       say=print) -> Sim:
     """Make ``hosts`` hosts, start Ray on them with the user's scripts, S3 and MLflow beside; on any failure,
     take down what was made and raise."""
     check_can_build(bridge, hosts)
@@ -522,7 +522,7 @@ def status(sim: Sim) -> list[str]:
     return lines
 
 
-def down(sim: Sim | None = None, bridge: str = DEFAULT_BRIDGE, say=print) -> int:  # noqa: ANN001
+def down(sim: Sim | None = None, bridge: str = DEFAULT_BRIDGE, say=print) -> int:
     """End every process the harness started and remove its namespaces and bridge. Works from the state file
     when there is one, and from the names (``<bridge>-*`` namespaces) when there is not."""
     bridge = sim.bridge if sim else bridge

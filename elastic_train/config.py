@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # Defined without pydantic (the torch-only engine modules raise it too); re-exported from here.
-from elastic_train.errors import ConfigError  # noqa: F401
+from elastic_train.errors import ConfigError
 
 SCORE_METRICS = ("val_loss", "val_accuracy", "val_perplexity", "train_loss", "train_accuracy")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -408,7 +408,7 @@ NumberLoader.add_implicit_resolver(
 def load_yaml(text: str) -> Any:
     """Parse YAML text the way every config input is parsed (files, overrides, sweep spaces): safe, and
     ``1e-3`` is a number. Raises ``yaml.YAMLError``."""
-    return yaml.load(text, Loader=NumberLoader)  # noqa: S506 (a SafeLoader subclass)
+    return yaml.load(text, Loader=NumberLoader)
 
 
 def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:

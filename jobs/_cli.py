@@ -116,7 +116,7 @@ def exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+        except Exception:
             pass
     logging.shutdown()
     os._exit(code)

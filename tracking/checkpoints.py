@@ -125,7 +125,7 @@ class MlflowCheckpointCallback(ReportCallback, ControllerCallback, WorkerGroupCa
             local = tempfile.mkdtemp(prefix="mlflow-ckpt-")
             with checkpoint.as_directory() as d:
                 shutil.copytree(d, local, dirs_exist_ok=True)
-        except Exception:  # noqa: BLE001 - deleted by retention meanwhile: nothing to upload
+        except Exception:
             return
         for target in targets:
             self._tracker.log_checkpoint(local, target)
@@ -148,7 +148,7 @@ class MlflowCheckpointCallback(ReportCallback, ControllerCallback, WorkerGroupCa
 
             tags = MlflowClient(tracking_uri=self.spec.uri).get_run(self.spec.run_id).data.tags
             return float(tags[BEST_SCORE_TAG]) if BEST_SCORE_TAG in tags else None
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None
 
     def flush(self, timeout_s: float = 60.0) -> dict[str, Any]:

@@ -146,7 +146,7 @@ class MlflowTracker:
         if self._system is not None:
             try:
                 self._system.finish()
-            except Exception:  # noqa: BLE001 - system metrics are best effort
+            except Exception:
                 pass
         self.flush(timeout_s)
         self._closed.set()
@@ -203,7 +203,7 @@ class MlflowTracker:
             try:
                 self._send_some()
                 backoff = 0.5
-            except Exception as e:  # noqa: BLE001 - any failure: keep the data, retry later
+            except Exception as e:
                 self.failures += 1
                 if self.failures in (1, 10) or self.failures % 100 == 0:
                     log.warning("MLflow unreachable (%s); %d items buffered, retrying", _short(e), len(self._pending))
@@ -309,7 +309,7 @@ class MlflowTracker:
 
             self._system = SystemMetricsMonitor(self.spec.run_id, tracking_uri=self.spec.uri, resume_logging=True)
             self._system.start()
-        except Exception as e:  # noqa: BLE001 - missing psutil/pynvml must not stop training
+        except Exception as e:
             log.warning("MLflow system metrics unavailable: %s", _short(e))
             self._system = None
 

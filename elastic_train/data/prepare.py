@@ -67,7 +67,7 @@ class InputFile:
     def open(self) -> Any:
         """A seekable binary file."""
         if self.fs is None:
-            return open(self.name, "rb")  # noqa: SIM115 (the caller closes it)
+            return open(self.name, "rb")
         return self.fs.open_input_file(self.fs_path)
 
 
@@ -361,7 +361,7 @@ class ShardWriter:
         if self._f is not None:
             self._f.close()
         name = f"{self.split}_{len(self.shards):06d}.bin"
-        self._f = open(self.out / name, "wb")  # noqa: SIM115 (closed in _open/close)
+        self._f = open(self.out / name, "wb")
         self.shards.append({"file": name, "tokens": 0})
 
     def close(self) -> dict[str, Any]:

@@ -145,7 +145,7 @@ def _user_data(fn: Callable[..., Any], cfg: JobConfig) -> DataBundle:
     """A user function returns a DataBundle, or ``(train, val)`` Datasets, or ``((x, y), (x, y))`` tensors."""
     try:
         out = fn(**cfg.data.options)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ConfigError("data.name", cfg.data.name, f"raised {type(e).__name__}: {e}") from None
     if isinstance(out, DataBundle):
         return out

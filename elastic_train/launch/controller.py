@@ -44,7 +44,7 @@ class FreshClusterView(ControllerCallback):
             coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
             ray.get(coordinator.get_reserved_resources.remote("elastic-train-refresh", recompute=True),
                     timeout=self.TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - best effort (a private actor: compat canary)
+        except Exception:
             pass
 
 

@@ -68,7 +68,7 @@ class _DropMessages(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             return not record.getMessage().startswith(self.prefixes)
-        except Exception:  # noqa: BLE001 - a record that cannot format: let logging report it as usual
+        except Exception:
             return True
 
 
@@ -158,5 +158,5 @@ def filter_forwarded_lines() -> bool:
                 handlers.append((name, handler))
             dispatcher.handlers = handlers
         return wrapped
-    except Exception:  # noqa: BLE001 - a Ray without this internal: print everything, as Ray does
+    except Exception:
         return False

@@ -159,7 +159,7 @@ def bounded(call: Callable[[], object], timeout_s: float, field: str, value: str
     def run() -> None:
         try:
             call()
-        except BaseException as e:  # noqa: BLE001 -- handed to the caller's thread
+        except BaseException as e:
             box["error"] = e
 
     thread = threading.Thread(target=run, name="ray-connect", daemon=True)

@@ -68,7 +68,7 @@ class _ExtraClient(TrainAutoscalingCoordinatorClient):
                 expire_after_s=AUTOSCALING_REQUESTS_EXPIRE_TIME_S, priority=ResourceRequestPriority.MEDIUM),
                 timeout=AUTOSCALING_REQUESTS_GET_TIMEOUT_S)
             self._latest_autoscaling_request_time = time.monotonic()
-        except Exception as e:  # noqa: BLE001 - as Ray's own client: the next interval retries
+        except Exception as e:
             log.warning("could not send %s's resource request: %s", self._requester_id, e)
 
 
@@ -116,7 +116,7 @@ class TrialFloors(Callback):
                 requester_id=f"{FLOOR_PREFIX}{trial.trial_id}", resources=self.floor_of(trial.config),
                 expire_after_s=AUTOSCALING_REQUESTS_EXPIRE_TIME_S, priority=ResourceRequestPriority.HIGH)
             self._sent[trial.trial_id] = time.monotonic()
-        except Exception as e:  # noqa: BLE001 - the trial still starts at its minimum; it only may not grow
+        except Exception as e:
             log.debug("floor of %s: %s", trial.trial_id, e)
 
     def release(self, trial_id: str) -> None:
@@ -125,7 +125,7 @@ class TrialFloors(Callback):
             coordinator = _coordinator()
             for prefix in (FLOOR_PREFIX, EXTRA_PREFIX):
                 coordinator.cancel_request.remote(requester_id=f"{prefix}{trial_id}")
-        except Exception as e:  # noqa: BLE001 - the requests expire by themselves
+        except Exception as e:
             log.debug("release %s: %s", trial_id, e)
 
     def sync(self, trials: list[Any]) -> None:

@@ -63,7 +63,7 @@ def remove_orphaned_placement_groups(job_id: str | None = None) -> list[str]:
         try:
             remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
             removed.append(pg_id)
-        except Exception as e:  # noqa: BLE001 - removed meanwhile (e.g. by Ray's own cleaner)
+        except Exception as e:
             log.debug("placement group %s: %s", pg_id, e)
     return removed
 
@@ -154,7 +154,7 @@ class OrphanedPlacementGroupReaper(Callback):
         try:
             removed = remove_orphaned_placement_groups()
             end_stranded_cleaners()
-        except Exception as e:  # noqa: BLE001 - a GCS hiccup must not stop the sweep; the next step retries
+        except Exception as e:
             log.warning("could not scan placement groups: %s", e)
             return
         if removed:

@@ -47,7 +47,7 @@ def fit_reporting_checkpoints(run: Callable[[list[Any]], Any]) -> Any:
     def target() -> None:
         try:
             box["outcome"] = run([CheckpointRelay(queue)])
-        except BaseException as e:  # noqa: BLE001 - re-raised in the trial's thread below
+        except BaseException as e:
             box["error"] = e
 
     thread = threading.Thread(target=target, name="trial-fit", daemon=True)

@@ -206,7 +206,7 @@ class TrialLines:
     def _print(self, trial: Any, failed: bool) -> None:
         try:
             print(trial_line(self.row(trial, failed), self.cfg.sweep.metric), file=sys.stdout, flush=True)
-        except Exception as e:  # noqa: BLE001 - a progress line must not fail the sweep
+        except Exception as e:
             print(f"trial {trial.trial_id}: {'FAILED' if failed else 'ended'} ({type(e).__name__}: {e})",
                   flush=True)
 
@@ -272,7 +272,7 @@ def finish_parent(plan: SweepPlan, summary: dict[str, Any], rows: list[TrialRow]
         write_results_csv(rows, plan.cfg, out / "results.csv")
         try:
             plot_sweep(rows, plan.cfg, out / "sweep.png")
-        except Exception as e:  # noqa: BLE001 - a plot is a nicety; the table holds the same numbers
+        except Exception as e:
             summary["plot_error"] = f"{type(e).__name__}: {e}"
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         if best:
@@ -286,7 +286,7 @@ def finish_parent(plan: SweepPlan, summary: dict[str, Any], rows: list[TrialRow]
             backend.log_artifacts(parent, d, artifact_path="best_checkpoint")
         try:
             best.update(log_checkpoint_model(plan.ctx, parent, best["checkpoint"]))
-        except Exception as e:  # noqa: BLE001 - the sweep ran; a model upload failure is reported, not fatal
+        except Exception as e:
             best["model_error"] = f"{type(e).__name__}: {e}"
     metrics = {"total_epochs": summary["total_epochs"], "trials": len(rows), "wall_s": summary["wall_s"],
                "trials_stopped_early": sum(r.status == "STOPPED" for r in rows),

@@ -195,6 +195,6 @@ class GoodputReporter:
             return None
         try:
             return self.ledger.get()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.say(f"goodput ledger unavailable ({type(e).__name__}); accounting restarts")
             return None

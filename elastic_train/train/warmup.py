@@ -75,6 +75,6 @@ def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
         try:
             importlib.import_module(name)
             done.append(name)
-        except Exception:  # noqa: BLE001 - the real import, in the training function, raises it properly
+        except Exception:
             break
     return done

@@ -116,7 +116,7 @@ def _newest_checkpoint(registered: Checkpoint | None) -> tuple[Checkpoint | None
     if ray.train.get_context().get_world_rank() == 0:
         try:
             choice[0] = _newer_on_storage(registered)
-        except Exception:  # noqa: BLE001 - a listing that fails leaves Ray Train's choice
+        except Exception:
             choice[0] = None
         choice[1] = _claim_attempt()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
@@ -134,7 +134,7 @@ def _claim_attempt() -> int | None:
     storage = ray.train.get_context().get_storage()
     try:
         return AttemptFence.claim(storage.storage_filesystem, storage.experiment_fs_path).attempt
-    except Exception as e:  # noqa: BLE001 - see above
+    except Exception as e:
         logging.getLogger(__name__).warning("no attempt fence (%s): writes from a cut-off worker are not refused", e)
         return None
 
@@ -228,7 +228,7 @@ def _train_run_id() -> str | None:
         from ray.train.v2._internal.execution.context import get_train_context
 
         return get_train_context().train_run_context.run_id
-    except Exception:  # noqa: BLE001 - a private API: without it a resumed driver may wait out Ray's expiry
+    except Exception:
         return None
 
 

@@ -82,7 +82,7 @@ def submit(cluster: simulator.Sim, name: str, *overrides: str, env_vars: dict[st
     return Job(name, proc, log, summary, trace)
 
 
-def wait_for(ready, timeout_s: float, what: str, job: Job | None = None) -> None:  # noqa: ANN001
+def wait_for(ready, timeout_s: float, what: str, job: Job | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not ready():
         if job is not None and job.proc.poll() is not None:

@@ -22,7 +22,7 @@ from tests.helpers.trace import exactly_once_problems, read_trace
 from tests.hosts.conftest import submit, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from chaos import mlflow_checks  # noqa: E402 - bench/ is a folder of scripts
+from chaos import mlflow_checks
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 
