@@ -21,12 +21,12 @@ import threading
 from typing import Any
 
 from ray.train import Checkpoint
-from ray.train.v2._internal.execution.callback import (  # reports; the end-of-run flush; training's start
+
+from elastic_train.compat.ray_train import (  # reports; the end-of-run flush; training's start
     ControllerCallback,
     ReportCallback,
     WorkerGroupCallback,
 )
-
 from tracking.base import TrackingSpec
 from tracking.quiet import quiet_mlflow_logging
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from elastic_train.compat.torch import preload_torch_export
 from tracking.base import ChildRun, Tracker, TrackingSpec
 from tracking.quiet import quiet_mlflow_logging
 from tracking.runs import (
@@ -45,10 +46,7 @@ class MlflowBackend:
         # mlflow.pytorch.log_model saves with torch.export (MLflow 3's default "pt2" format), whose first use
         # imports torch._dynamo: seconds on a small machine, which would otherwise fall in the teardown
         import mlflow.pytorch  # noqa: F401
-        try:
-            import torch.export._trace  # noqa: F401 - what torch.export.export imports on first call
-        except ImportError:
-            pass
+        preload_torch_export()
 
     def start_run(self, experiment: str, run_name: str, *, kind: str, spool_path: Path,
                   parent_run_id: str | None = None, system_metrics: bool = False,

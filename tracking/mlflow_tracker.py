@@ -146,7 +146,7 @@ class MlflowTracker:
         if self._system is not None:
             try:
                 self._system.finish()
-            except Exception:
+            except Exception:  # system metrics are best effort
                 pass
         self.flush(timeout_s)
         self._closed.set()
@@ -203,7 +203,7 @@ class MlflowTracker:
             try:
                 self._send_some()
                 backoff = 0.5
-            except Exception as e:
+            except Exception as e:  # any failure: keep the data, retry later
                 self.failures += 1
                 if self.failures in (1, 10) or self.failures % 100 == 0:
                     log.warning("MLflow unreachable (%s); %d items buffered, retrying", _short(e), len(self._pending))
@@ -309,7 +309,7 @@ class MlflowTracker:
 
             self._system = SystemMetricsMonitor(self.spec.run_id, tracking_uri=self.spec.uri, resume_logging=True)
             self._system.start()
-        except Exception as e:
+        except Exception as e:  # missing psutil/pynvml must not stop training
             log.warning("MLflow system metrics unavailable: %s", _short(e))
             self._system = None
 
@@ -365,7 +365,7 @@ def _with_tracking_uri(uri: str, fn: Any) -> Any:
     ``mlflow.set_tracking_uri`` also exports MLFLOW_TRACKING_URI; restoring with set_tracking_uri(get()) would
     leave the old default exported and redirect the next run. MLflow's own context manager restores both.
     """
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+    from elastic_train.compat.mlflow import use_tracking_uri
 
-    with _use_tracking_uri(uri):
+    with use_tracking_uri(uri):
         return fn()

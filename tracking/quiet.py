@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 
+from elastic_train.compat.mlflow import set_console_defaults
+
 MLFLOW_LOGGING_LEVEL = "MLFLOW_LOGGING_LEVEL"  # read by MLflow itself (mlflow.utils.logging_utils)
 
 
@@ -19,7 +21,7 @@ def quiet_mlflow_logging() -> None:
     """``MLFLOW_LOGGING_LEVEL`` defaults to WARNING in this process (and the processes it starts); applied at once
     too, for an MLflow already imported. Idempotent. MLflow's "View run ... at: URL" stdout lines (printed when a
     run on a tracking server ends or gets a model) are off too: the run summary prints the run's address once."""
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    set_console_defaults()  # no "View run ... at: URL" lines, no "Downloading artifacts" bars
     level = os.environ.setdefault(MLFLOW_LOGGING_LEVEL, "WARNING").upper()
     try:
         logging.getLogger("mlflow").setLevel(level)

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerGroupCallback
-
+from elastic_train.compat.ray_train import ControllerCallback, WorkerGroupCallback
 from elastic_train.train.faults import append_marker
 from elastic_train.train.priority import normal_priority
 
@@ -44,7 +43,7 @@ class FreshClusterView(ControllerCallback):
             coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
             ray.get(coordinator.get_reserved_resources.remote("elastic-train-refresh", recompute=True),
                     timeout=self.TIMEOUT_S)
-        except Exception:
+        except Exception:  # best effort (a private actor: compat canary)
             pass
 
 

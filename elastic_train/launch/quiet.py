@@ -36,8 +36,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-# The driver-side logger of ray._private.authentication.authentication_token_setup (Ray 2.60).
-RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+from elastic_train.compat.ray_core import AUTH_LOGGER, stdstream_dispatcher
+
+# The driver-side logger of Ray's token-auth setup (Ray 2.60; compat/ray_core.py).
+RAY_AUTH_LOGGER = AUTH_LOGGER
 BENIGN_RAY_MESSAGES = ("Token authentication is enabled for this Ray cluster",)
 
 # Forwarded worker / actor output lines that are known to be harmless (matched with re.search).
@@ -68,7 +70,7 @@ class _DropMessages(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             return not record.getMessage().startswith(self.prefixes)
-        except Exception:
+        except Exception:  # a record that cannot format: let logging report it as usual
             return True
 
 
@@ -146,8 +148,7 @@ def filter_forwarded_lines() -> bool:
     the benign lines are printed again.
     """
     try:
-        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
-
+        dispatcher = stdstream_dispatcher()
         with dispatcher._lock:
             wrapped = False
             handlers = []
@@ -158,5 +159,5 @@ def filter_forwarded_lines() -> bool:
                 handlers.append((name, handler))
             dispatcher.handlers = handlers
         return wrapped
-    except Exception:
+    except Exception:  # a Ray without this internal: print everything, as Ray does
         return False

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastic_train.compat.ray_core import WORKER_LOGGER
 from elastic_train.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ def bounded(call: Callable[[], object], timeout_s: float, field: str, value: str
     def run() -> None:
         try:
             call()
-        except BaseException as e:
+        except BaseException as e:  # handed to the caller's thread
             box["error"] = e
 
     thread = threading.Thread(target=run, name="ray-connect", daemon=True)
@@ -184,7 +185,7 @@ class _quiet_thread_warning:
     the job's own SIGTERM handler (jobs._cli.guarded) stays, which is what we want."""
 
     def __enter__(self) -> None:
-        self.logger = logging.getLogger("ray._private.worker")
+        self.logger = logging.getLogger(WORKER_LOGGER)
         self.filter = _NotMainThreadFilter()
         self.logger.addFilter(self.filter)
 

@@ -9,6 +9,7 @@ from typing import Any
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, START_TIMEOUT_ENV
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.controller import ControllerPriority, FreshClusterView, RestartPhases
@@ -17,9 +18,6 @@ from elastic_train.launch.storage import ray_storage
 from elastic_train.train.faults import FaultPlan
 from elastic_train.train.warmup import WorkerWarmup
 from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
-
-HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
-START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 
 
 def ray_num_workers(cfg: JobConfig) -> int | tuple[int, int]:

@@ -30,13 +30,17 @@ import logging
 import time
 from typing import Any
 
-from ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client import (
+from ray.tune import Callback
+
+from elastic_train.compat.ray_train import (
     AUTOSCALING_REQUESTS_EXPIRE_TIME_S,
     AUTOSCALING_REQUESTS_GET_TIMEOUT_S,
+    ElasticScalingPolicy,
     TrainAutoscalingCoordinatorClient,
+    autoscaling_coordinator,
+    build_train_resource_request,
+    resource_request_priority,
 )
-from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
-from ray.tune import Callback
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +50,7 @@ LIVE = ("PENDING", "RUNNING")  # a PAUSED trial (PBT) has no Train run: its floo
 
 
 def _coordinator() -> Any:
-    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-        get_or_create_autoscaling_coordinator,
-    )
-
-    return get_or_create_autoscaling_coordinator()
+    return autoscaling_coordinator()
 
 
 class _ExtraClient(TrainAutoscalingCoordinatorClient):
@@ -58,17 +58,16 @@ class _ExtraClient(TrainAutoscalingCoordinatorClient):
 
     def send_resource_request(self, scaling_config: Any, num_workers: int) -> None:
         import ray
-        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import ResourceRequestPriority
-        from ray.train._internal.autoscaling_coordinator_client import build_train_resource_request
 
+        priority = resource_request_priority()
         resources, label_selectors = build_train_resource_request(scaling_config, num_workers)
         try:
             ray.get(self._autoscaling_coordinator.request_resources.remote(
                 requester_id=self._requester_id, resources=resources, label_selectors=label_selectors,
-                expire_after_s=AUTOSCALING_REQUESTS_EXPIRE_TIME_S, priority=ResourceRequestPriority.MEDIUM),
+                expire_after_s=AUTOSCALING_REQUESTS_EXPIRE_TIME_S, priority=priority.MEDIUM),
                 timeout=AUTOSCALING_REQUESTS_GET_TIMEOUT_S)
             self._latest_autoscaling_request_time = time.monotonic()
-        except Exception as e:
+        except Exception as e:  # the requests expire by themselves
             log.warning("could not send %s's resource request: %s", self._requester_id, e)
 
 
@@ -109,14 +108,13 @@ class TrialFloors(Callback):
         self._sent: dict[str, float] = {}  # trial id -> monotonic time its floor was last sent
 
     def _register(self, trial: Any) -> None:
-        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import ResourceRequestPriority
-
+        priority = resource_request_priority()
         try:
             _coordinator().request_resources.remote(
                 requester_id=f"{FLOOR_PREFIX}{trial.trial_id}", resources=self.floor_of(trial.config),
-                expire_after_s=AUTOSCALING_REQUESTS_EXPIRE_TIME_S, priority=ResourceRequestPriority.HIGH)
+                expire_after_s=AUTOSCALING_REQUESTS_EXPIRE_TIME_S, priority=priority.HIGH)
             self._sent[trial.trial_id] = time.monotonic()
-        except Exception as e:
+        except Exception as e:  # the requests expire by themselves
             log.debug("floor of %s: %s", trial.trial_id, e)
 
     def release(self, trial_id: str) -> None:
@@ -125,7 +123,7 @@ class TrialFloors(Callback):
             coordinator = _coordinator()
             for prefix in (FLOOR_PREFIX, EXTRA_PREFIX):
                 coordinator.cancel_request.remote(requester_id=f"{prefix}{trial_id}")
-        except Exception as e:
+        except Exception as e:  # the requests expire by themselves
             log.debug("release %s: %s", trial_id, e)
 
     def sync(self, trials: list[Any]) -> None:

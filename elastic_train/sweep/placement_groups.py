@@ -34,16 +34,16 @@ LIVE_STATES = ("PENDING", "PREPARED", "CREATED", "RESCHEDULING")
 def _live_actor_created_groups(job_id: str | None) -> Iterator[Any]:
     """GCS records of ``job_id``'s (default: ours) live placement groups that an actor created (Train runs' worker
     groups; Tune's trial groups are created by the driver)."""
-    from ray._private.state import state
-    from ray._raylet import ActorID
     from ray.core.generated import gcs_pb2
 
+    from elastic_train.compat.ray_core import placement_group_records
+
     job_id = job_id or ray.get_runtime_context().get_job_id()
-    for raw in state._connect_and_get_accessor().get_placement_group_table():
+    for raw in placement_group_records():
         pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
         state_name = gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state)
         if state_name in LIVE_STATES and pg.creator_job_id.hex() == job_id and pg.creator_actor_id \
-                and not ActorID(pg.creator_actor_id).is_nil():
+                and not ray.ActorID(pg.creator_actor_id).is_nil():
             yield pg
 
 
@@ -55,15 +55,14 @@ def orphaned_placement_groups(job_id: str | None = None) -> list[str]:
 
 def remove_orphaned_placement_groups(job_id: str | None = None) -> list[str]:
     """Remove what :func:`orphaned_placement_groups` finds; returns the ids removed."""
-    from ray._raylet import PlacementGroupID
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
     removed = []
     for pg_id in orphaned_placement_groups(job_id):
         try:
-            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
             removed.append(pg_id)
-        except Exception as e:
+        except Exception as e:  # a GCS hiccup must not stop the sweep; the next step retries
             log.debug("placement group %s: %s", pg_id, e)
     return removed
 
@@ -90,10 +89,11 @@ def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
 
 def _actor_records() -> Iterator[Any]:
     """GCS records (``ActorTableData``) of every actor in the cluster."""
-    from ray._private.state import state
     from ray.core.generated import gcs_pb2
 
-    for raw in state._connect_and_get_accessor().get_actor_table(None, None):
+    from elastic_train.compat.ray_core import actor_records
+
+    for raw in actor_records():
         yield gcs_pb2.ActorTableData.FromString(raw)
 
 
@@ -124,10 +124,11 @@ def end_stranded_cleaners(job_id: str | None = None) -> int:
     ids = stranded_cleaners(job_id)
     if not ids:
         return 0
-    from ray._private.grpc_utils import init_grpc_channel
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
-    channel = init_grpc_channel(ray.get_runtime_context().gcs_address)
+    from elastic_train.compat.ray_core import gcs_channel
+
+    channel = gcs_channel(ray.get_runtime_context().gcs_address)
     try:
         actors = gcs_service_pb2_grpc.ActorInfoGcsServiceStub(channel)
         for actor_id in ids:
@@ -154,7 +155,7 @@ class OrphanedPlacementGroupReaper(Callback):
         try:
             removed = remove_orphaned_placement_groups()
             end_stranded_cleaners()
-        except Exception as e:
+        except Exception as e:  # a GCS hiccup must not stop the sweep; the next step retries
             log.warning("could not scan placement groups: %s", e)
             return
         if removed:

@@ -19,6 +19,8 @@ from ray.train.v2.api.callback import UserCallback
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from ray.util.queue import Empty, Queue
 
+from elastic_train.compat.ray_train import STORAGE_LOGGER
+
 POLL_S = 0.5
 
 
@@ -40,14 +42,14 @@ def fit_reporting_checkpoints(run: Callable[[list[Any]], Any]) -> Any:
 
     # Tune's report in this process logs "Checkpoint successfully created at: ..." at INFO for every report: on
     # the sweep's console, once per epoch per trial. The sweep prints its own line per trial (progress.py).
-    logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
+    logging.getLogger(STORAGE_LOGGER).setLevel(logging.WARNING)
     queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
             box["outcome"] = run([CheckpointRelay(queue)])
-        except BaseException as e:
+        except BaseException as e:  # re-raised in the trial's thread below
             box["error"] = e
 
     thread = threading.Thread(target=target, name="trial-fit", daemon=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from elastic_train import config as config_mod
+from elastic_train.compat.ray_tune import trial_statuses
 from elastic_train.config import JobConfig
 from elastic_train.launch.storage import RunStorage
 from elastic_train.launch.summary import log_checkpoint_model
@@ -142,7 +143,7 @@ def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
     """One row per trial from Tune's results and the trial's checkpoints, ranked best first."""
     s = plan.cfg.sweep
     # Tune's own view tells a trial stopped by ASHA (TERMINATED) from one an interrupted sweep left RUNNING.
-    live = {t.trial_id for t in grid._experiment_analysis.trials if t.status not in ("TERMINATED", "ERROR")}
+    live = {tid for tid, status in trial_statuses(grid).items() if status not in ("TERMINATED", "ERROR")}
     rows = []
     for result in grid:
         trial_id = Path(result.path).name.removeprefix(TUNE_PREFIX)
@@ -206,7 +207,7 @@ class TrialLines:
     def _print(self, trial: Any, failed: bool) -> None:
         try:
             print(trial_line(self.row(trial, failed), self.cfg.sweep.metric), file=sys.stdout, flush=True)
-        except Exception as e:
+        except Exception as e:  # the sweep ran; a model upload failure is reported, not fatal
             print(f"trial {trial.trial_id}: {'FAILED' if failed else 'ended'} ({type(e).__name__}: {e})",
                   flush=True)
 
@@ -272,7 +273,7 @@ def finish_parent(plan: SweepPlan, summary: dict[str, Any], rows: list[TrialRow]
         write_results_csv(rows, plan.cfg, out / "results.csv")
         try:
             plot_sweep(rows, plan.cfg, out / "sweep.png")
-        except Exception as e:
+        except Exception as e:  # the sweep ran; a model upload failure is reported, not fatal
             summary["plot_error"] = f"{type(e).__name__}: {e}"
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         if best:
@@ -286,7 +287,7 @@ def finish_parent(plan: SweepPlan, summary: dict[str, Any], rows: list[TrialRow]
             backend.log_artifacts(parent, d, artifact_path="best_checkpoint")
         try:
             best.update(log_checkpoint_model(plan.ctx, parent, best["checkpoint"]))
-        except Exception as e:
+        except Exception as e:  # the sweep ran; a model upload failure is reported, not fatal
             best["model_error"] = f"{type(e).__name__}: {e}"
     metrics = {"total_epochs": summary["total_epochs"], "trials": len(rows), "wall_s": summary["wall_s"],
                "trials_stopped_early": sum(r.status == "STOPPED" for r in rows),

@@ -32,11 +32,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-
-try:
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-except ImportError:  # torch < 2.6 kept FSDP2 under _composable
-    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # public since torch 2.6 (pyproject's floor)
 
 if TYPE_CHECKING:
     from elastic_train.config import JobConfig

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 
-from ray.train.v2._internal.execution.callback import WorkerCallback
+from elastic_train.compat.ray_train import WorkerCallback
 
 WARM_MODULES = ("elastic_train.train.worker", "torch._dynamo")  # in the order the training function needs them
 
@@ -75,6 +75,6 @@ def warm_imports(modules: tuple[str, ...] = WARM_MODULES) -> list[str]:
         try:
             importlib.import_module(name)
             done.append(name)
-        except Exception:
+        except Exception:  # the real import, in the training function, raises it properly
             break
     return done

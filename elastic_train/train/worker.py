@@ -25,6 +25,7 @@ import ray.train.torch
 import torch
 from ray.train import Checkpoint, CheckpointUploadMode
 
+from elastic_train.compat.ray_train import train_context_logger, train_run_id
 from elastic_train.config import JobConfig
 from elastic_train.data import build_data
 from elastic_train.train.console import Console
@@ -116,7 +117,7 @@ def _newest_checkpoint(registered: Checkpoint | None) -> tuple[Checkpoint | None
     if ray.train.get_context().get_world_rank() == 0:
         try:
             choice[0] = _newer_on_storage(registered)
-        except Exception:
+        except Exception:  # a listing that fails leaves Ray Train's choice
             choice[0] = None
         choice[1] = _claim_attempt()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
@@ -134,7 +135,7 @@ def _claim_attempt() -> int | None:
     storage = ray.train.get_context().get_storage()
     try:
         return AttemptFence.claim(storage.storage_filesystem, storage.experiment_fs_path).attempt
-    except Exception as e:
+    except Exception as e:  # see above
         logging.getLogger(__name__).warning("no attempt fence (%s): writes from a cut-off worker are not refused", e)
         return None
 
@@ -224,12 +225,7 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None) -> Host:
 
 def _train_run_id() -> str | None:
     """Ray Train's id of this run (one per controller, i.e. per driver): launch/reservations.py uses it."""
-    try:
-        from ray.train.v2._internal.execution.context import get_train_context
-
-        return get_train_context().train_run_context.run_id
-    except Exception:
-        return None
+    return train_run_id()
 
 
 def _report(fence: AttemptFence | None, metrics: dict[str, Any], directory: str, name: str) -> None:
@@ -271,10 +267,8 @@ class _RayLedger:
 
 def _quiet_ray_train_logs() -> None:
     """Ray Train logs every report at INFO; we print what matters (restarts, resizes, checkpoints) ourselves."""
-    from ray.train.v2._internal.execution import context as train_context
-
     logging.getLogger("ray.train").setLevel(logging.WARNING)
-    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)  # this one is named by file path
+    logging.getLogger(train_context_logger()).setLevel(logging.WARNING)  # this one is named by file path
 
 
 def evaluate_loop_per_worker(args: dict[str, Any]) -> None:

@@ -1,0 +1,38 @@
+"""MLflow internals and the process-wide MLflow environment defaults (checked on MLflow 3.17.2).
+
+The only module outside ``tracking/`` that names MLflow (``pyproject.toml`` allows it): ``tracking/`` imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# MLflow's own environment variables (public, mlflow.environment_variables) that we give another default in
+# every process that logs on our behalf; a value the user set wins.
+CONSOLE_DEFAULTS = {
+    # "View run ... at: URL" lines: the run summary prints the run's address once (tracking/quiet.py)
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    # "Downloading artifacts: 100%|...|" bars (carriage-returned) when a run reads a model or a tokenizer back
+    # at its end: the console holds the project's lines only (issue 34, item 7)
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}
+
+
+def set_console_defaults() -> None:
+    """MLflow's console output off in this process and the ones it starts, unless the user set otherwise."""
+    for key, value in CONSOLE_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+@contextmanager
+def use_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's global tracking URI set to ``uri`` inside the block, then restored *and* its env var.
+
+    ``mlflow.set_tracking_uri`` also exports MLFLOW_TRACKING_URI; restoring with set_tracking_uri(get()) would
+    leave the old default exported. MLflow's private ``_use_tracking_uri`` restores both (no public equivalent)."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    with _use_tracking_uri(uri):
+        yield

@@ -1,0 +1,45 @@
+"""Ray Core internals (checked on Ray 2.60.0): the GCS tables, its kill call, the forwarded-output dispatcher
+and the names of Ray's driver-side loggers we filter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+# Loggers named by module (their modules are private); tests/unit/test_compat.py checks the modules exist.
+AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"  # "Token authentication is enabled..."
+WORKER_LOGGER = "ray._private.worker"  # "SIGTERM handler is not set because current thread is not the main..."
+
+
+def placement_group_records() -> Iterator[bytes]:
+    """The GCS's placement-group table, serialized ``PlacementGroupTableData`` records.
+
+    ``ray.util.state.list_placement_groups`` would do, but it needs the dashboard's state API and, with a second
+    Ray on the machine, asks for "the" cluster without an address (it fails); the GCS accessor does not."""
+    from ray._private.state import state
+
+    yield from state._connect_and_get_accessor().get_placement_group_table()
+
+
+def actor_records() -> Iterator[bytes]:
+    """The GCS's actor table, serialized ``ActorTableData`` records (same reason as above)."""
+    from ray._private.state import state
+
+    yield from state._connect_and_get_accessor().get_actor_table(None, None)
+
+
+def gcs_channel(address: str) -> Any:
+    """A gRPC channel to the GCS at ``address``, as Ray's own clients open it (for ``KillActorViaGcs``: killing an
+    actor this process holds no handle to; ``ray.kill`` needs one)."""
+    from ray._private.grpc_utils import init_grpc_channel
+
+    return init_grpc_channel(address)
+
+
+def stdstream_dispatcher() -> Any:
+    """Ray's dispatcher of worker output forwarded to the driver (``ray.init(log_to_driver=True)`` registers its
+    printer there as ``"ray_print_logs"``, in ``handlers`` under ``_lock``). Ray has no public per-line filter
+    (``RAY_DEDUP_LOGS_SKIP_REGEX`` is read once at ``import ray`` and is off with ``RAY_DEDUP_LOGS=0``)."""
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher
+
+    return global_worker_stdstream_dispatcher

@@ -1,0 +1,236 @@
+"""The list of every upstream internal the code relies on, and the check that each is still there.
+
+Each :class:`Entry` names the thing (``module:qualname``), what kind of reliance it is, where we use it, what
+for, the upstream issue or the reason, and the version it was checked on. :func:`problem` says what is wrong
+with one entry under the installed versions (None: still as expected); ``tests/unit/test_compat.py`` runs it
+over :data:`ENTRIES`. Kinds:
+
+* ``attr``: a private module attribute (class, function, constant); ``params``: its signature's parameter names.
+* ``override``: a private method our subclass ``ours`` overrides (or calls on ``super()``): it must exist
+  upstream with ``params``, and ours must take the same parameters. A rename would leave ours never called.
+* ``member``: a private attribute read or set on instances (``scheduler._last_lr``): the class's source must
+  still assign it.
+* ``env``: an environment knob; ``target`` is the upstream constant naming it, ``value`` the name we set.
+* ``module``: a private module we import, or whose logger (named by it) we quiet or filter: it must exist.
+* ``ours``: our own process-level trick (a niceness change, a process-wide environment default, an exit
+  without interpreter teardown): ``target`` is ``path::text`` and the file must still hold that text, so the
+  list stays honest when the code moves.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RAY, MLFLOW, TORCH = "ray 2.60.0", "mlflow 3.17.2", "torch 2.13.0"
+ROOT = Path(__file__).resolve().parents[2]
+_TRAIN = "ray.train.v2._internal.execution"
+_POLICY = f"{_TRAIN}.scaling_policy.elastic:ElasticScalingPolicy"
+_CLIENT = f"{_TRAIN}.scaling_policy.autoscaling_coordinator_client:TrainAutoscalingCoordinatorClient"
+_COORD = "ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator"
+
+
+@dataclass(frozen=True)
+class Entry:
+    target: str
+    kind: str
+    used_in: str
+    purpose: str
+    why: str  # the upstream issue, or why no public API does it
+    checked_on: str
+    params: tuple[str, ...] | None = None
+    ours: str | None = None  # override: our subclass (module:Class)
+    value: str | None = None  # env: the variable's name as we set it; member: the attribute name
+
+
+NO_PUBLIC = "no public API in Ray Train V2 (only UserCallback is public)"
+
+ENTRIES: tuple[Entry, ...] = (
+    # ---- Ray Train: callback bases (compat/ray_train.py)
+    Entry(f"{_TRAIN}.callback:ControllerCallback", "attr", "launch/controller.py, tracking/checkpoints.py",
+          "controller hooks: niceness, a fresh cluster view on failure, restart markers, the end-of-run flush",
+          NO_PUBLIC, RAY),
+    Entry(f"{_TRAIN}.callback:ControllerCallback.after_controller_start", "attr", "launch/controller.py",
+          "the controller's start hook", NO_PUBLIC, RAY, params=("self", "train_run_context")),
+    Entry(f"{_TRAIN}.callback:WorkerGroupCallback", "attr", "launch/controller.py, tracking/checkpoints.py",
+          "worker-group start/shutdown hooks", NO_PUBLIC, RAY),
+    Entry(f"{_TRAIN}.callback:ReportCallback", "attr", "tracking/checkpoints.py",
+          "each report's checkpoint, logged to MLflow from the controller", NO_PUBLIC, RAY),
+    Entry(f"{_TRAIN}.callback:WorkerCallback", "attr", "train/warmup.py",
+          "in each worker before the training function: warm imports, gloo's interface", NO_PUBLIC, RAY),
+    Entry(f"{_TRAIN}.callback:WorkerCallback.after_init_train_context", "attr", "train/warmup.py",
+          "the worker hook WorkerWarmup overrides", NO_PUBLIC, RAY, params=("self",)),
+    # ---- Ray Train: context, trainer override, elastic policy
+    Entry(f"{_TRAIN}.context:get_train_context", "attr", "train/worker.py (compat.ray_train.train_run_id)",
+          "Ray Train's run id in a worker (reservations keyed by it)", "no public run id in 2.60", RAY, params=()),
+    Entry(f"{_TRAIN}.context:TrainRunContext", "member", "compat.ray_train.train_run_id",
+          "the run id on the train run context", "no public run id in 2.60", RAY, value="run_id"),
+    Entry("ray.train.torch:TorchTrainer._initialize_and_run_controller", "override", "launch/trainer.py",
+          "hand the controller another scaling policy (a sweep trial's floor and extra)",
+          "ScalingConfig has no scaling-policy field; the policy is built in the driver", RAY,
+          params=("self", "controller_init_kwargs"), ours="elastic_train.launch.trainer:_Trainer"),
+    Entry(f"{_POLICY}._get_num_workers_for_resource_request", "override", "sweep/elastic.py",
+          "a trial asks only for what it may grow by", "sweep/elastic.py docstring: stock Ray does not grow a trial",
+          RAY, params=("self",), ours="elastic_train.sweep.elastic:TrialScalingPolicy"),
+    Entry(f"{_POLICY}._count_possible_workers", "override", "sweep/elastic.py",
+          "a trial's size: its floor plus the extra reserved to it", "as above", RAY,
+          params=("self", "reserved_resources"), ours="elastic_train.sweep.elastic:TrialScalingPolicy"),
+    Entry(f"{_POLICY}.after_controller_start", "override", "sweep/elastic.py",
+          "the trial's own requester id and client", "as above", RAY, params=("self", "train_run_context"),
+          ours="elastic_train.sweep.elastic:TrialScalingPolicy"),
+    Entry(f"{_POLICY}._send_resource_request", "attr", "sweep/elastic.py", "called by our after_controller_start",
+          "as above", RAY, params=("self",)),
+    Entry(_POLICY, "member", "sweep/elastic.py", "set by our after_controller_start", "as above", RAY,
+          value="_requester_id"),
+    Entry(_POLICY, "member", "sweep/elastic.py", "set by our after_controller_start", "as above", RAY,
+          value="_coordinator_client"),
+    Entry(f"{_CLIENT}.send_resource_request", "override", "sweep/elastic.py",
+          "the same request at MEDIUM priority (growth after every floor)", "as above", RAY,
+          params=("self", "scaling_config", "num_workers"), ours="elastic_train.sweep.elastic:_ExtraClient"),
+    Entry(_CLIENT, "member", "sweep/elastic.py", "read by our send_resource_request", "as above", RAY,
+          value="_autoscaling_coordinator"),
+    Entry(_CLIENT, "member", "sweep/elastic.py", "read by our send_resource_request", "as above", RAY,
+          value="_requester_id"),
+    Entry(_CLIENT, "member", "sweep/elastic.py", "set by our send_resource_request", "as above", RAY,
+          value="_latest_autoscaling_request_time"),
+    Entry(f"{_TRAIN}.scaling_policy.autoscaling_coordinator_client:AUTOSCALING_REQUESTS_EXPIRE_TIME_S", "attr",
+          "sweep/elastic.py", "a floor's expiry (re-sent before it)", "as above", RAY),
+    Entry(f"{_TRAIN}.scaling_policy.autoscaling_coordinator_client:AUTOSCALING_REQUESTS_GET_TIMEOUT_S", "attr",
+          "sweep/elastic.py", "the request's timeout, as Ray's own client", "as above", RAY),
+    Entry(f"{_COORD}:get_or_create_autoscaling_coordinator", "attr", "sweep/elastic.py",
+          "the cluster-wide coordinator the floors are registered with", "as above", RAY, params=()),
+    Entry(f"{_COORD}:ResourceRequestPriority", "member", "sweep/elastic.py", "HIGH for floors", "as above", RAY,
+          value="HIGH"),
+    Entry(f"{_COORD}:ResourceRequestPriority", "member", "sweep/elastic.py", "MEDIUM for growth", "as above", RAY,
+          value="MEDIUM"),
+    Entry("ray.train._internal.autoscaling_coordinator_client:build_train_resource_request", "attr",
+          "sweep/elastic.py", "the request body, as Ray Train builds it", "as above", RAY,
+          params=("scaling_config", "num_workers")),
+    # ---- Ray Train: environment knobs (ray/train/v2/_internal/constants.py)
+    Entry("ray.train.v2._internal.constants:HEALTH_CHECK_INTERVAL_S_ENV_VAR", "env", "launch/trainer.py",
+          "report() waits for the controller's poll: 2 s per checkpoint by default",
+          "no RunConfig field (DESIGN: report only at checkpoint cadence)", RAY,
+          value="RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"),
+    Entry("ray.train.v2._internal.constants:WORKER_GROUP_START_TIMEOUT_S_ENV_VAR", "env", "launch/trainer.py",
+          "a restart after a node loss retries sooner", "no RunConfig field", RAY,
+          value="RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"),
+    # ---- Ray Train / Core: loggers we quiet or filter
+    Entry("ray.train._internal.storage", "module", "sweep/relay.py",
+          "\"Checkpoint successfully created at\" INFO per report, per trial", "healthy runs quiet", RAY),
+    Entry(f"{_TRAIN}.context", "module", "train/worker.py (compat.ray_train.train_context_logger)",
+          "INFO per report; this logger is named by the file's path", "healthy runs quiet", RAY),
+    Entry("ray._private.authentication.authentication_token_setup", "module", "launch/quiet.py",
+          "\"Token authentication is enabled\" WARNING on every embedded ray.init", "healthy runs quiet", RAY),
+    Entry("ray._private.worker", "module", "launch/reach.py",
+          "\"SIGTERM handler is not set\" when connecting off the main thread", "healthy runs quiet", RAY),
+    # ---- Ray Core (compat/ray_core.py)
+    Entry("ray._private.ray_logging:global_worker_stdstream_dispatcher", "attr", "launch/quiet.py",
+          "drop known-benign forwarded lines (ray-project/ray#53727 and others: launch/quiet.py)",
+          "no public per-line filter (RAY_DEDUP_LOGS_SKIP_REGEX is off with RAY_DEDUP_LOGS=0)", RAY),
+    Entry("ray._private.ray_logging:WorkerStandardStreamDispatcher", "member", "launch/quiet.py",
+          "the handler list we wrap", "as above", RAY, value="handlers"),
+    Entry("ray._private.ray_logging:WorkerStandardStreamDispatcher", "member", "launch/quiet.py",
+          "its lock", "as above", RAY, value="_lock"),
+    Entry("ray._private.state:GlobalState._connect_and_get_accessor", "attr", "sweep/placement_groups.py",
+          "the GCS's placement-group and actor tables (a stopped trial's orphans: ray-project/ray#54305)",
+          "ray.util.state needs the dashboard and fails with two Ray instances on a machine", RAY,
+          params=("self",)),
+    Entry("ray._private.grpc_utils:init_grpc_channel", "attr", "sweep/placement_groups.py",
+          "KillActorViaGcs for a stranded PlacementGroupCleaner we hold no handle to",
+          "ray.kill needs a handle", RAY, params=("address", "options", "asynchronous", "credentials")),
+    # ---- Ray Tune (compat/ray_tune.py)
+    Entry("ray.tune:ResultGrid", "member", "sweep/results.py", "each trial's status (stopped vs interrupted)",
+          "no public accessor of the trials in 2.60", RAY, value="_experiment_analysis"),
+    # ---- MLflow (compat/mlflow.py)
+    Entry("mlflow.tracking._tracking_service.utils:_use_tracking_uri", "attr", "tracking/models.py",
+          "a tracking URI for one call, restoring the env var too", "set_tracking_uri exports the URI", MLFLOW,
+          params=("uri",)),
+    Entry("mlflow.environment_variables:MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "env", "compat/mlflow.py",
+          "no \"Downloading artifacts\" bars on the console", "issue 34 item 7", MLFLOW,
+          value="MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"),
+    Entry("mlflow.environment_variables:MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "env", "compat/mlflow.py",
+          "no \"View run ... at\" lines", "the summary prints the address once", MLFLOW,
+          value="MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"),
+    Entry("mlflow.environment_variables:MLFLOW_LOGGING_LEVEL", "env", "tracking/quiet.py",
+          "MLflow's INFO lines off by default", "healthy runs quiet", MLFLOW, value="MLFLOW_LOGGING_LEVEL"),
+    Entry("mlflow.environment_variables:MLFLOW_HTTP_REQUEST_MAX_RETRIES", "env", "tracking/mlflow_tracker.py",
+          "a failed request fails fast (our sender retries)", "MLflow's backoff blocks for minutes", MLFLOW,
+          value="MLFLOW_HTTP_REQUEST_MAX_RETRIES"),
+    Entry("mlflow.environment_variables:MLFLOW_HTTP_REQUEST_TIMEOUT", "env", "tracking/mlflow_tracker.py",
+          "bounded requests", "every wait bounded", MLFLOW, value="MLFLOW_HTTP_REQUEST_TIMEOUT"),
+    # ---- torch (compat/torch.py)
+    Entry("torch.export._trace", "module", "tracking/mlflow_backend.py (compat.torch.preload_torch_export)",
+          "import torch.export's first-call module early",
+          "MLflow 3 logs models with torch.export; its first use costs seconds", TORCH),
+    Entry("torch.optim.lr_scheduler:LRScheduler", "member", "train/state.py",
+          "get_last_lr() after a PBT exploit changed the rate", "no setter for the last rate", TORCH,
+          value="_last_lr"),
+    # ---- our own process-level tricks (kept where they act; listed so an audit finds them here)
+    Entry("elastic_train/train/priority.py::os.setpriority(os.PRIO_PROCESS, tid, 0)", "ours",
+          "train/worker.py, launch/controller.py",
+          "niceness 0 for workers and the controller", "Ray starts workers at 15 (RayConfig worker_niceness)",
+          RAY),
+    Entry("tracking/mlflow_tracker.py::os.setpriority(os.PRIO_PROCESS, tid, min(19", "ours",
+          "tracking/mlflow_tracker.py, tracking/checkpoints.py", "logging and checkpoint-copy threads yield",
+          "training first on a shared machine", RAY),
+    Entry("tracking/sender.py::os.nice(19 - os.nice(0))", "ours", "tracking/sender.py",
+          "the rank-0 MLflow sender child at the lowest priority", "its import alone is seconds of CPU", MLFLOW),
+    Entry("tracking/sender.py::os._exit(0)", "ours", "tracking/sender.py",
+          "the sender detaches from the worker's process tree (fork, parent exits)", "outlives a stopped trial",
+          MLFLOW),
+    Entry("jobs/_cli.py::os._exit(code)", "ours", "jobs/*.py",
+          "a finished job exits without interpreter teardown (seconds of torch/Ray/MLflow finalizers)",
+          "the prompt comes back at once", RAY),
+    Entry("tracking/quiet.py::os.environ.setdefault(MLFLOW_LOGGING_LEVEL", "ours", "every MLflow process",
+          "process-wide MLflow environment defaults", "healthy runs quiet", MLFLOW),
+    Entry("elastic_train/launch/trainer.py::os.environ.setdefault(HEALTH_CHECK_ENV", "ours", "the driver",
+          "process-wide Ray Train environment defaults, propagated to the controller", "see the env entries",
+          RAY),
+    Entry("elastic_train/data/prepare.py::os.environ[\"TOKENIZERS_PARALLELISM\"] = \"false\"", "ours",
+          "data/prepare.py", "one tokenizer process per core already", "tokenizers' fork warning", "tokenizers"),
+)
+
+
+def resolve(target: str) -> Any:
+    """``module:qual.name`` -> the object."""
+    module, _, qualname = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in filter(None, qualname.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _params(fn: Any) -> tuple[str, ...]:
+    return tuple(inspect.signature(fn).parameters)
+
+
+def problem(e: Entry) -> str | None:
+    """What no longer holds for ``e`` under the installed versions, or None."""
+    try:
+        if e.kind == "ours":
+            path, _, text = e.target.partition("::")
+            return None if text in (ROOT / path).read_text() else f"{path} no longer holds {text!r}"
+        if e.kind == "module":
+            return None if importlib.util.find_spec(e.target) else f"module {e.target} is gone"
+        obj = resolve(e.target)
+        if e.kind == "env":
+            return None if obj == e.value or getattr(obj, "name", None) == e.value else f"now names {obj!r}"
+        if e.kind == "member":
+            sources = [inspect.getsource(c) for c in inspect.getmro(obj) if c.__module__.split(".")[0] != "builtins"]
+            fields = getattr(obj, "__dataclass_fields__", {})
+            found = hasattr(obj, e.value) or e.value in fields or any(f"self.{e.value}" in s for s in sources)
+            return None if found else f"{e.value} not in {e.target} (nor its bases)"
+        if e.params is not None and _params(obj) != e.params:
+            return f"signature {_params(obj)}, expected {e.params}"
+        if e.kind == "override" and e.ours:
+            name = e.target.rsplit(".", 1)[1]
+            mine = getattr(resolve(e.ours), name)
+            if _params(mine) != _params(obj):
+                return f"{e.ours}.{name} takes {_params(mine)}, upstream {_params(obj)}"
+        return None
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
