@@ -30,6 +30,7 @@ import pyarrow.fs
 import torch
 from torch import nn
 
+from elastic_train.compat.torch import set_last_lr
 from elastic_train.train.loop import Precision
 from elastic_train.train.strategy import DDPStrategy, Strategy, atomic_torch_save, saved_by
 
@@ -239,7 +240,7 @@ class TrainState:
         for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
             group["initial_lr"] = lr
             group["lr"] = lr * factor(step)
-        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        set_last_lr(self.scheduler, [g["lr"] for g in self.optimizer.param_groups])
         self.record = record
         return origin
 
