@@ -373,7 +373,7 @@ class HostsWorld(World):
               subnet: str = "198.18.5") -> HostsWorld:
         from cluster import sim as simulator
 
-        quiet = lambda *_: None
+        quiet = lambda *_: None  # noqa: E731
         simulator.down(bridge=bridge, say=quiet)  # what a killed earlier campaign left
         sim = simulator.up(1 + nodes, bridge=bridge, subnet=subnet, worker_cpus=1, head_cpus=0, say=quiet)
         try:
@@ -849,7 +849,7 @@ def mlflow_checks(summary: dict, name: str) -> dict:
         runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`elastic_train.run_name` = '{name}'")
         steps = [m.step for m in client.get_metric_history(summary["mlflow_run_id"], "train_loss")]
         restarts = client.get_metric_history(summary["mlflow_run_id"], "restarts")
-    except Exception as e:
+    except Exception as e:  # reported
         return {"mlflow_error": f"{type(e).__name__}: {e}"}
     want = set(range(1, (summary.get("steps") or 0) + 1))
     return {"mlflow_runs": len(runs), "mlflow_status": runs[0].info.status if runs else None,

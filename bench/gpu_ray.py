@@ -369,7 +369,7 @@ def run_part(c: Check, name: str) -> None:
     t0 = time.perf_counter()
     try:
         c.out["parts"][name] = PARTS[name](c)
-    except Exception as e:
+    except Exception as e:  # a failed part is recorded; the others still run
         c.out["parts"][name] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:1500]}"}
     finally:
         timer.cancel()

@@ -45,12 +45,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np
-import torch
-from torch import nn
-from torch.utils.data import Dataset
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import Dataset  # noqa: E402
 
-from bench.heavy_preprocess import augment
+from bench.heavy_preprocess import augment  # noqa: E402
 
 G = 128
 
@@ -175,7 +175,7 @@ def pin_tree(pids: list[int], cores: set[int]) -> int:
     return len(done)
 
 
-def node_pids(node) -> list[int]:
+def node_pids(node) -> list[int]:  # a ray._private.node.Node
     return [p.process.pid for procs in node.all_processes.values() for p in procs if p.process is not None]
 
 

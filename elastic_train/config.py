@@ -408,7 +408,7 @@ NumberLoader.add_implicit_resolver(
 def load_yaml(text: str) -> Any:
     """Parse YAML text the way every config input is parsed (files, overrides, sweep spaces): safe, and
     ``1e-3`` is a number. Raises ``yaml.YAMLError``."""
-    return yaml.load(text, Loader=NumberLoader)
+    return yaml.load(text, Loader=NumberLoader)  # a SafeLoader subclass
 
 
 def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:

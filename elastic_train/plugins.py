@@ -16,7 +16,7 @@ def resolve_import(path: str, field_name: str) -> Callable[..., Any]:
         raise ConfigError(field_name, path, "unknown name; use a built-in or 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:
+    except Exception as e:  # any import failure is the user's path being wrong
         raise ConfigError(field_name, path, f"cannot import {module_name!r} ({type(e).__name__}: {e})") from None
     fn = getattr(module, attr, None)
     if not callable(fn):

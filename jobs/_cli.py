@@ -116,7 +116,7 @@ def exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:
+        except Exception:  # a closed pipe: nothing more to say
             pass
     logging.shutdown()
     os._exit(code)

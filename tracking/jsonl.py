@@ -114,7 +114,7 @@ class JsonlTracker:
     def skip_logged_steps(self, fallback: int) -> None:
         try:
             self._floor = last_logged_step(self.run_dir)
-        except Exception:
+        except Exception:  # an unreadable folder: the caller's own record stands in
             self._floor = fallback
 
     def log_params(self, params: dict[str, Any]) -> None:

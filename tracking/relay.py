@@ -68,13 +68,13 @@ def stop_relay(relay: Any, timeout_s: float = 60.0) -> None:
     """Flush every run the relay still holds (bounded), then end it."""
     try:
         ray.get(relay.close_all.remote(timeout_s), timeout=timeout_s + 30)
-    except Exception:
+    except Exception:  # it is going away either way; the runs' statuses are set by the driver
         pass
     ray.kill(relay)
 
 
 def _import_mlflow() -> None:
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # noqa: F401
 
 
 def start_relay(env: dict[str, str]) -> Any:
@@ -102,5 +102,5 @@ class RelayTracker(ForwardingTracker):
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         try:
             return ray.get(self.relay.close.remote(self._spec, timeout_s), timeout=timeout_s + 30)
-        except Exception as e:
+        except Exception as e:  # the relay is gone: what it held is lost with it (said here)
             return {"sent": 0, "unsent": -1, "spool_path": None, "error": f"the relay did not answer: {e}"}

@@ -85,7 +85,7 @@ def get_or_create_experiment(client: Any, name: str, artifact_root: Path | None)
     location = artifact_root.resolve().as_uri() if artifact_root is not None else None
     try:
         return client.create_experiment(name, artifact_location=location)
-    except Exception:
+    except Exception:  # lost a creation race with another process: use theirs
         exp = client.get_experiment_by_name(name)
         if exp is None:
             raise

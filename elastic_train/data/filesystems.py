@@ -51,7 +51,7 @@ class DurableS3FileSystem(pyarrow.fs.S3FileSystem):
         super().__init__(**options, retry_strategy=pyarrow.fs.AwsDefaultS3RetryStrategy(max_attempts=max_attempts))
         self._options, self._max_attempts = options, max_attempts
 
-    def __reduce__(self):
+    def __reduce__(self):  # pickle protocol
         return DurableS3FileSystem, (self._options, self._max_attempts)
 
 

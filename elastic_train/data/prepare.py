@@ -67,7 +67,7 @@ class InputFile:
     def open(self) -> Any:
         """A seekable binary file."""
         if self.fs is None:
-            return open(self.name, "rb")
+            return open(self.name, "rb")  # the caller closes it
         return self.fs.open_input_file(self.fs_path)
 
 
@@ -361,7 +361,7 @@ class ShardWriter:
         if self._f is not None:
             self._f.close()
         name = f"{self.split}_{len(self.shards):06d}.bin"
-        self._f = open(self.out / name, "wb")
+        self._f = open(self.out / name, "wb")  # closed in _open/close
         self.shards.append({"file": name, "tokens": 0})
 
     def close(self) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def validate(job: JobConfig) -> RayFiles:
 
         try:
             names = set(pq.read_schema(found.files[0], filesystem=found.fs).names)
-        except Exception as e:
+        except Exception as e:  # an unreadable first file is the path's problem
             reason = f"cannot read {found.files[0]}: {filesystems.explain(e)}"
             raise ConfigError("data.path", cfg.path, reason) from None
         check_columns(job, names)
@@ -113,7 +113,7 @@ def list_files(path: str, fmt: str) -> RayFiles:
                      if i.type == pyarrow.fs.FileType.File]
         else:
             infos = []
-    except Exception as e:
+    except Exception as e:  # a preprocess that raises, or an unreadable file
         raise ConfigError("data.path", path, f"cannot list: {filesystems.explain(e)}") from None
     if problem is not None:
         raise ConfigError("data.path", path, problem)
@@ -156,7 +156,7 @@ def data_bytes(fmt: str, found: RayFiles) -> int:
             meta = pq.read_metadata(path, filesystem=found.fs)
             raw += _decoded_bytes(meta)
             on_disk += found.fs.get_file_info(path).size or 0
-    except Exception:
+    except Exception:  # an estimate only: the file size stands in
         return found.total_bytes
     return int(found.total_bytes * raw / on_disk) if on_disk else found.total_bytes
 
@@ -230,7 +230,7 @@ def build_materialized(job: JobConfig, found: RayFiles) -> DataBundle:
         with _quiet_ray_data():
             ds = ds.materialize()  # read (and preprocess) once; the schema and the rows come from these blocks
         schema = ds.schema()
-    except Exception as e:
+    except Exception as e:  # a preprocess that raises, or an unreadable file
         raise _reading_failed(cfg, e) from None
     check_columns(job, set(schema.names))
     with _quiet_ray_data():
@@ -312,7 +312,7 @@ def _user_dataset(function: str, options: dict[str, Any]) -> Any:
         ds = resolve_import(function, "data.dataset")(**options)
     except ConfigError:
         raise
-    except Exception as e:
+    except Exception as e:  # a preprocess that raises, or an unreadable file
         raise ConfigError("data.dataset", function, f"raised {_first_line(e)}") from None
     if not isinstance(ds, ray.data.Dataset):
         raise ConfigError("data.dataset", function, f"returned {type(ds).__name__}, not a ray.data.Dataset")
@@ -487,7 +487,7 @@ def build_stream(job: JobConfig, found: RayFiles, why: str) -> DataBundle:
                     top = max(top, int(np.asarray(batch[src.label]).max()))
     except ConfigError:
         raise
-    except Exception as e:
+    except Exception as e:  # a preprocess that raises, or an unreadable file
         raise _reading_failed(cfg, e) from None
     try:
         x, _ = src.tensors(head)

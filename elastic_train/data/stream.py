@@ -280,7 +280,7 @@ class _Ahead:
     def _pull(self) -> None:
         try:
             self._first = next(self._rows, None)
-        except BaseException as e:
+        except BaseException as e:  # handed to the training thread, which raises it
             self._error = e
 
     def rows(self) -> Iterator[Any]:

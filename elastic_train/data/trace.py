@@ -22,7 +22,7 @@ class Trace:
         self.rank, self.world_size = rank, world_size
         self.attempt: int | None = None
         self.may_write: Callable[[], bool] = lambda: True
-        self._file = open(f"{path}.rank{rank}", "a") if path else None
+        self._file = open(f"{path}.rank{rank}", "a") if path else None  # closed in close()
 
     @property
     def enabled(self) -> bool:

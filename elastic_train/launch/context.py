@@ -233,7 +233,7 @@ def open_run(ctx: RunContext, backend: TrackingBackend, *, kind: str, parent_run
     if dataset is not None:  # the run page's Datasets panel: source URI, schema, digest, row count
         try:
             backend.log_dataset(spec, dataset)
-        except Exception as e:
+        except Exception as e:  # a missing dataset entry must not stop a run
             log.warning("could not record the dataset input: %s", e)
     return spec
 
@@ -282,7 +282,7 @@ def _open_store_in_background(ctx: RunContext) -> threading.Thread | None:
             prepare_store = getattr(backend, "prepare_store", None)
             if prepare_store is not None:
                 prepare_store(t.experiment)
-        except Exception:
+        except Exception:  # track() repeats this and reports what is wrong
             pass
 
     thread = threading.Thread(target=open_store, name="elastic-train-open-store", daemon=True)

@@ -33,7 +33,7 @@ def load_source(
         return _from_checkpoint(checkpoint)
     try:
         model, metadata = backend.load_model(model_uri)
-    except Exception as e:
+    except Exception as e:  # a wrong URI, a missing version, an unreachable server
         raise ConfigError(
             "--model", model_uri, f"cannot load it from {backend.uri} ({type(e).__name__}: {e})"
         ) from None

@@ -68,7 +68,7 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
     book = None
     try:
         book = ray.get(ledger.get.remote(key), timeout=10)
-    except Exception:
+    except Exception:  # the ledger is accounting only
         pass
     if own_ledger:
         ray.kill(ledger)  # done: nothing else may hold it (the controller's copy of the handle is a borrow)
@@ -113,7 +113,7 @@ def _run(trainer: Any) -> tuple[Any | None, BaseException | None, str]:
         result = trainer.fit()
     except KeyboardInterrupt as e:
         error, status = e, "KILLED"
-    except Exception as e:
+    except Exception as e:  # TrainingFailedError and friends: report, don't crash
         error, status = e, "FAILED"
     finally:
         if sigint is not None:

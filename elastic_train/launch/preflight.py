@@ -261,7 +261,7 @@ def _probe_torch_gpus(report: PreflightReport) -> None:
         if n.node_id in refs:
             try:
                 n.torch_gpus = ray.get(refs[n.node_id], timeout=120)
-            except Exception as e:
+            except Exception as e:  # a probe failure is a warning, not a verdict
                 report.warnings.append(f"could not probe GPUs on {n.address}: {type(e).__name__}")
                 continue
             if n.torch_gpus < n.gpus:
@@ -337,7 +337,7 @@ def check_uri_storage(uri: str, field: str = "checkpoint.storage_path", marker_n
             with fs.open_output_stream(marker) as f:
                 f.write(b"elastic-train preflight")
             fs.delete_file(marker)
-    except Exception as e:
+    except Exception as e:  # any storage failure is a config problem
         raise ConfigError(field, uri, f"not usable: {filesystems.explain(e)}") from None
     if problem is not None:
         raise ConfigError(field, uri, f"not usable: {problem}")

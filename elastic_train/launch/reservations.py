@@ -25,5 +25,5 @@ def release_stale_reservation(ray_train_run_id: str | None) -> bool:
         coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
         ray.get(coordinator.cancel_request.remote(requester_id=f"train-{ray_train_run_id}"), timeout=TIMEOUT_S)
         return True
-    except Exception:
+    except Exception:  # best effort: Ray's own 180 s expiry still applies
         return False

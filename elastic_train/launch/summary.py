@@ -150,14 +150,14 @@ def finish(ctx: RunContext, outcome: Outcome, summary: dict[str, Any], log_model
     if log_model and outcome.status == "FINISHED" and summary.get("checkpoint") and not outcome.already_complete:
         try:
             summary.update(log_checkpoint_model(ctx, spec, summary["checkpoint"]))
-        except Exception as e:
+        except Exception as e:  # the run trained; a model upload failure is reported, not fatal
             summary["model_error"] = f"{type(e).__name__}: {e}"
         if ctx.bundle is not None and ctx.bundle.info.get("tokenizer_file"):  # token shards: tokenizer + samples
             try:
                 from elastic_train.launch.generation import log_samples
 
                 summary.update(log_samples(ctx, spec, summary["checkpoint"]))
-            except Exception as e:
+            except Exception as e:  # as for the model: reported, not fatal
                 summary["samples_error"] = f"{type(e).__name__}: {e}"
     account(ctx, outcome, summary)  # the model upload is teardown: count it (the flush below is not in MLflow's copy)
     close_run(backend, spec, summary, outcome.status)

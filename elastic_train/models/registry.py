@@ -103,7 +103,7 @@ def build_model(cfg: JobConfig, spec: DataSpec) -> nn.Module:
             fn = resolve_import(name, "model.name")
             try:
                 model = fn(spec=spec, **cfg.model.options)
-            except Exception as e:
+            except Exception as e:  # a user function failing is a config problem
                 raise ConfigError("model.name", name, f"raised {type(e).__name__}: {e}") from None
         else:
             known = ", ".join(sorted(BUILTIN))

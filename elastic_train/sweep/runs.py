@@ -114,7 +114,7 @@ class TrialRuns(Callback):
             return  # the trial tracks itself (it builds data this driver never saw)
         try:
             handoff = self._open(trial, run_name, overrides)
-        except Exception as e:
+        except Exception as e:  # close_children sets the status at the sweep's end
             log.warning("trial %s: could not open its tracking run here (%s); the trial opens it", trial.trial_id, e)
             return
         folder.write_text(f"{run_name}.json", json.dumps(asdict(handoff)))
@@ -164,7 +164,7 @@ class TrialRuns(Callback):
         status = summary.get("status") or ("FAILED" if failed else "FINISHED")
         try:
             close_run(backend_for(spec, self.sweep.home), spec, summary, status)
-        except Exception as e:
+        except Exception as e:  # close_children sets the status at the sweep's end
             log.warning("trial %s: could not close its tracking run (%s)", trial_id, e)
 
     def drain(self, timeout_s: float = 120.0) -> None:
@@ -172,7 +172,7 @@ class TrialRuns(Callback):
         for future in self._pending:
             try:
                 future.result(timeout=timeout_s)
-            except Exception as e:
+            except Exception as e:  # logged; close_children still sets every status
                 log.warning("a trial's tracking run did not close: %s", e)
         self._pending.clear()
         if self._pool is not None:

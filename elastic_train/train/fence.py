@@ -116,7 +116,7 @@ class AttemptFence:
         while not self._stop.wait(period_s) and self.superseded_by is None:
             try:
                 self.current()
-            except Exception as e:
+            except Exception as e:  # an outage: keep writing (see the module docstring)
                 log.debug("attempt fence: listing failed: %s", e)
             self.watched += 1
 

@@ -130,7 +130,7 @@ class RayProcess:
 
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path):
         self.args, self.log_path = args, log_path
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # closed in stop()
         self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 def s3_mlflow_server(s3_bucket, tmp_path):
     port = free_ports(1)[0]
     uri = f"http://127.0.0.1:{port}"
-    log = open(tmp_path / "server.log", "ab")
+    log = open(tmp_path / "server.log", "ab")  # closed with the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "tracking.server", "--port", str(port), "--home", str(tmp_path / "mlflow"),
          "--workers", "1", "--artifacts-destination", f"s3://{s3_bucket}/mlartifacts"],

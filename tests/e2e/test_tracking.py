@@ -115,7 +115,7 @@ def _logged_steps(uri: str, name: str) -> int:
     try:
         runs = _runs_named(uri, name)
         history = _client(uri).get_metric_history(runs[0].info.run_id, "train_loss") if runs else []
-    except Exception:
+    except Exception:  # not created yet
         return 0
     return len(history)
 

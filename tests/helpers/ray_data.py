@@ -80,7 +80,7 @@ def write_digits_jsonl(dest: str, files: int = 2) -> int:
     return len(rows)
 
 
-def digits_dataset(scale: float = 1.0):
+def digits_dataset(scale: float = 1.0):  # a ray.data.Dataset
     """A user's data.dataset function: the digits table as a ray.data.Dataset, pixels times ``scale``
     (``data.options`` are its keyword arguments)."""
     import ray.data

@@ -42,7 +42,7 @@ class S3Server:
             "AWS_REGION": REGION,
         }
 
-    def client(self, service: str = "s3"):
+    def client(self, service: str = "s3"):  # a boto3 client
         import boto3
 
         return boto3.client(service, endpoint_url=self.endpoint, region_name=REGION,
