@@ -1,5 +1,6 @@
 """``tracking.system_metrics=true`` is the default, so its dependency (psutil) is installed and a run's worker
-tracker records MLflow's ``system/*`` metrics (issue 34 item 10). Real MLflow on a sqlite store; 25 s here under load (mostly imports and the store)."""
+tracker records MLflow's ``system/*`` metrics (issue 34 item 10).
+Real MLflow on a sqlite store; 25 s here under load (mostly imports and the store)."""
 
 from __future__ import annotations
 
