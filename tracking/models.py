@@ -32,6 +32,7 @@ def log_final_model(
     import mlflow.pytorch
     import torch
     from mlflow.models import infer_signature
+    from mlflow.tracking import MlflowClient
 
     model = model.cpu().eval()
     signature = None
@@ -39,7 +40,11 @@ def log_final_model(
         with torch.no_grad():
             output = model(torch.as_tensor(input_example)).numpy()
         signature = infer_signature(input_example, output)
-    info = _with_tracking_uri(uri, lambda: mlflow.pytorch.log_model(
+    # MLflow 3 files the LoggedModel under the *active* experiment, not the run's: with none set that is the
+    # default experiment "0", whose artifact root is ./mlruns of the cwd (a folder in the user's checkout).
+    # Naming the run's experiment for the call keeps the model under the run's own artifact root (issue 34).
+    experiment_id = MlflowClient(tracking_uri=uri).get_run(run_id).info.experiment_id
+    info = _with_tracking_uri(uri, lambda: _in_experiment(experiment_id, lambda: mlflow.pytorch.log_model(
         model,
         name="model",
         run_id=run_id,
@@ -50,11 +55,27 @@ def log_final_model(
         registered_model_name=register_as,
         metadata=metadata,
         extra_files=extra_files or None,
-    ))
+    )))
     out = {"model_uri": info.model_uri}
     if register_as and getattr(info, "registered_model_version", None) is not None:
         out["registered_model"] = f"models:/{register_as}/{info.registered_model_version}"
     return out
+
+
+def _in_experiment(experiment_id: str, fn: Any) -> Any:
+    """Call ``fn`` with MLflow's documented ``MLFLOW_EXPERIMENT_ID`` set to ``experiment_id`` (the active
+    experiment when none was set with ``mlflow.set_experiment``, which nothing here calls), then restore it."""
+    import os
+
+    before = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
+    try:
+        return fn()
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+        else:
+            os.environ["MLFLOW_EXPERIMENT_ID"] = before
 
 
 def load_logged_model(uri: str, tracking_uri: str) -> tuple[Any, dict[str, Any]]:
