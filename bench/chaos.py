@@ -3,6 +3,7 @@
     .venv/bin/python bench/chaos.py --smoke          # 6 mixed faults over 3 epochs
     .venv/bin/python bench/chaos.py --seed 7         # 20 faults (the campaign) over 8 epochs
     .venv/bin/python bench/chaos.py --faults 30 --epochs 12
+    .venv/bin/python bench/chaos.py --hosts --seed 5  # on separate hosts (cluster.sim; root): 20 faults
 
 The campaign owns everything it breaks: a multi-node ``ray.cluster_utils.Cluster`` (a head and ``--nodes``
 worker nodes of one CPU each; the storage is a local folder every node on this machine shares), a real
@@ -19,6 +20,17 @@ digits preset with ``scaling.num_workers=[1,N]`` as a subprocess it can SIGKILL.
   replaced), ``driver`` (the driver SIGKILLed, then the same command run again: the job resumes by name),
   ``mlflow`` (the tracking server stopped and started again at once: the outage lasts one server start,
   13-17 s on this box, over a minute under heavy load).
+
+``--hosts`` runs the campaign on separate hosts (cluster/sim.py: network namespaces on a bridge of its own,
+``--bridge etchaos0``, 198.18.5.0/24): a head with 0 CPUs and two worker hosts of 1 CPU each, checkpoints in
+``s3://sim/runs``, the job submitted from the laptop with ``ray job submit`` (``HostsWorld``). Its kinds: the
+worker kinds; ``host`` (every process of rank 0's host SIGKILLed at once, the host joined again with
+``add-worker.sh`` 3 steps later); ``partition`` (rank 0's host's link down 10-20 s, drawn from the seed, then up;
+its raylet exits when it hears it was declared dead, the leftovers are killed and the host joins again);
+``driver`` (``ray job stop``, then the same submission again: the run resumes by name); ``mlflow`` (the sim's
+server stopped by its process group, started again with the same command line). ``node`` and ``drain`` are the
+single-host Cluster's. ``detection_s`` of ``host`` and ``partition``: the Train controller's failure decision
+after the fault. One host is away at a time (a host fault due meanwhile waits for the next step).
 
 A fault-free run with the same config is the reference. Printed JSON: each fault (kind, scheduled and fired
 step, campaign time, detection, recovery split into phases, steps lost) and totals: injected, survived,
@@ -450,11 +462,14 @@ class HostsWorld(World):
     def add_back(self, ev: dict) -> None:
         from cluster import sim as simulator
 
+        ip = self.sim.hosts[ev["host"]].ip  # join counts alive nodes: the old one must be dead first
+        wait_until(lambda: ip not in {n.get("node_ip") for n in simulator.alive_nodes(self.sim)}, 90, poll=0.5)
         simulator.join(self.sim, ev["host"])
         self.down_hosts.discard(ev["host"])
 
     def wait_cpus_free(self, timeout_s: float = 60) -> bool:
-        """Until no Ray Train worker or controller actor of an earlier driver is alive (state API), bounded."""
+        """Until no Ray Train worker or controller actor of an earlier driver is alive (state API), bounded; Ray
+        Train's detached TrainStateActor stays for the cluster's life."""
         from cluster import sim as simulator
 
         def free() -> bool:
@@ -463,7 +478,7 @@ class HostsWorld(World):
             if code != 200 or not isinstance(body, dict):
                 return False
             actors = body["data"]["result"]["result"]
-            return not any("Train" in (a.get("class_name") or "") for a in actors)
+            return not any(a.get("class_name") in ("RayTrainWorker", "TrainController") for a in actors)
 
         return wait_until(free, timeout_s, poll=0.5)
 
