@@ -81,6 +81,8 @@ def test_a_local_storage_path_is_refused_against_separate_hosts(sim):
     assert "Traceback" not in console and "worker group of" not in console  # refused before any worker
 
 
+@pytest.mark.long  # ~3 min; in make test the run once ended on one worker before the host was back (a
+# 132-step run against a join, the coordinator's tick and a group restart on 2 cores): test c covers the shrink
 def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
     g, epochs = 32, 3
     job = submit(sim, "hosts-b", *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
