@@ -43,6 +43,16 @@ def _finished_once(job, epochs: int, g: int, wall_s: float) -> dict:
     return summary
 
 
+def two_host_run(cluster: simulator.Sim, name: str, epochs: int, g: int):
+    """A run slowed to ~0.25 s a step (room to act mid-run), checkpointing every 5 steps, once it has trained 8
+    steps on both worker hosts."""
+    job = submit(cluster, name, *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
+                 "checkpoint.every_steps=5", env_vars={"ELASTIC_TRAIN_FAULT": "delay=0.25"})
+    wait_for(lambda: sum(r["world_size"] == 2 for r in read_trace(job.trace)) >= 2 * 8, 240,
+             "8 steps of 2-worker training", job)
+    return job
+
+
 def _rank0_host(cluster: simulator.Sim, job) -> int:
     """The host whose worker is rank 0 now (the trace's lines carry the pid)."""
     pid = max((r for r in read_trace(job.trace) if r.get("rank") == 0), key=lambda r: r["t"])["pid"]
@@ -85,10 +95,7 @@ def test_a_local_storage_path_is_refused_against_separate_hosts(sim):
 # 132-step run against a join, the coordinator's tick and a group restart on 2 cores): test c covers the shrink
 def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
     g, epochs = 32, 3
-    job = submit(sim, "hosts-b", *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
-                 "checkpoint.every_steps=5", env_vars={"ELASTIC_TRAIN_FAULT": "delay=0.25"})
-    wait_for(lambda: sum(r["world_size"] == 2 for r in read_trace(job.trace)) >= 2 * 8, 240,
-             "8 steps of 2-worker training", job)
+    job = two_host_run(sim, "hosts-b", epochs, g)
     victim = _rank0_host(sim, job)  # rank 0's host: its metrics sender goes with it
     t_kill = time.time()
     assert simulator.kill(sim, victim) > 0
@@ -105,10 +112,7 @@ def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
 
 def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice(sim):
     g, epochs = 32, 3
-    job = submit(sim, "hosts-c", *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
-                 "checkpoint.every_steps=5", env_vars={"ELASTIC_TRAIN_FAULT": "delay=0.25"})
-    wait_for(lambda: sum(r["world_size"] == 2 for r in read_trace(job.trace)) >= 2 * 8, 240,
-             "8 steps of 2-worker training", job)
+    job = two_host_run(sim, "hosts-c", epochs, g)
     victim = _rank0_host(sim, job)  # its metrics sender is cut off with it, and talks again after the heal
     simulator.partition(sim, victim)
     t_cut = time.time()

@@ -11,9 +11,8 @@ import time
 import pytest
 
 from cluster import sim as simulator
-from tests.helpers.trace import read_trace
-from tests.hosts.conftest import RAY, ROOT, submit, wait_for
-from tests.hosts.test_hosts import SPREAD, _finished_once
+from tests.hosts.conftest import RAY, ROOT
+from tests.hosts.test_hosts import _finished_once, two_host_run
 
 pytestmark = [pytest.mark.hosts, pytest.mark.long, pytest.mark.timeout(900)]
 
@@ -22,10 +21,7 @@ def test_the_heads_host_cut_off_for_5_s_is_survived(sim):
     """Shorter than the health check's ~8 s, so no node is declared dead: the workers' process group (between
     the worker hosts) never noticed, the controller's polls waited, and the run ends FINISHED without a restart."""
     g, epochs = 32, 2
-    job = submit(sim, "hosts-d", *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
-                 "checkpoint.every_steps=5", env_vars={"ELASTIC_TRAIN_FAULT": "delay=0.25"})
-    wait_for(lambda: sum(r["world_size"] == 2 for r in read_trace(job.trace)) >= 2 * 8, 240,
-             "8 steps of 2-worker training", job)
+    job = two_host_run(sim, "hosts-d", epochs, g)
     simulator.partition(sim, 0)
     try:
         t_cut = time.monotonic()
