@@ -40,7 +40,7 @@ test-long: $(STAMP)
 # Unit tests that run in this process and in seconds; the `slow` (torch.compile, timings) and `subprocess`
 # (real `python -m jobs.*`) ones run in `make test`.
 test-fast: $(STAMP)
-	$(PY) -m pytest tests/unit -m "not slow and not subprocess" $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -m "not slow and not subprocess and not long" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
