@@ -11,7 +11,8 @@ removes and re-adds a node after its preemption checkpoint; the long campaign dr
      5: (worker kinds only) a pair at 9 and 10, closer than the 5-step checkpoint interval; a death inside a
         checkpoint save at 13
 
-Seeds 12 and 5 run in ``make test`` (seed 5 alone, with the world and the reference run: 82 s on the idle
+Seed 5 runs in ``make test``; seed 12 moved to ``make test-long`` with 22 (2026-12-05, suite time). Before,
+seeds 12 and 5 ran in ``make test`` (seed 5 alone, with the world and the reference run: 82 s on the idle
 2-core box, 2026-12-03; ~45 s more than seed 12 alone, since they share both); seed 22 in ``make test-long`` too.
 The end checks are bench/chaos.py's (``passed``): the run finished, every fault fired, every epoch consumed
 every sample exactly once, the train loss within 1e-4 relative of the reference (params bitwise equal when the
@@ -44,8 +45,10 @@ def world(tmp_path_factory):
 
 
 @pytest.mark.parametrize("seed", [
-    # raise, drain, mlflow: in `make test` (138 s for the module on the idle box; 14 min at a load of 25-45)
-    12,
+    # raise, drain, mlflow: `make test-long` since 2026-12-05 (162-171 s in make test, which ran at 59 min here and
+    # 66 min in CI against its ~25 min budget); drain is in tests/cluster/test_elastic.py, an MLflow outage in
+    # tests/e2e/test_tracking.py
+    pytest.param(12, marks=pytest.mark.long),
     # two workers killed one step apart (a pair: closer than a checkpoint interval) at 9-10, a death inside a
     # checkpoint save at 13: worker kinds only, in `make test`
     5,
