@@ -19,13 +19,18 @@ own sender child (the metrics are the worker node's).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from dataclasses import asdict
 from typing import Any
 
 import ray
 
 from tracking.base import ForwardingTracker, TrackingSpec, apply_call
+from tracking.sender import ORPHAN_FLUSH_S
+
+log = logging.getLogger(__name__)
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -35,6 +40,9 @@ class TrackingRelay:
 
         quiet_mlflow_logging()
         self._trackers: dict[str, Any] = {}
+        # Runs whose close ran past its caller's deadline: still sending, in the background, as an orphaned
+        # sender child does (tracking/sender.py), for up to ORPHAN_FLUSH_S; the run's next tracker waits for it.
+        self._closing: dict[str, threading.Thread] = {}
         threading.Thread(target=_import_mlflow, name="import-mlflow", daemon=True).start()  # as trials start
 
     def _tracker(self, spec: dict[str, Any]) -> Any:
@@ -42,34 +50,86 @@ class TrackingRelay:
 
         run_id = spec["run_id"]
         if run_id not in self._trackers:
-            self._trackers[run_id] = MlflowTracker(TrackingSpec(**spec), start_system_metrics=False)
+            # One sender per run at a time (tracking/fence.py): a restarted worker group's tracker sends nothing,
+            # and reads the run's floor only after the last group's tracker has finished sending.
+            previous = _After(self._closing.get(run_id))
+            self._trackers[run_id] = MlflowTracker(TrackingSpec(**spec), start_system_metrics=False, fence=previous)
         return self._trackers[run_id]
 
     async def call(self, spec: dict[str, Any], cmd: str, args: list[Any]) -> None:
         apply_call(self._tracker(spec), cmd, args)
 
     async def close(self, spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Flush the run within ``timeout_s`` and spool the rest; the run's next life gets a fresh tracker."""
+        """Flush the run within ``timeout_s``. What is still unsent then (MLflow slow or away as the run ends, a
+        worker's own short close bound) is not spooled at once: it goes on being sent in the background for up to
+        :data:`ORPHAN_FLUSH_S` (then spooled), as an orphaned sender child would. The run's next life gets a fresh
+        tracker, which waits for that."""
         tracker = self._tracker(spec)
-        self._trackers.pop(spec["run_id"], None)
-        return await asyncio.get_event_loop().run_in_executor(None, tracker.close, timeout_s)
+        run_id = spec["run_id"]
+        self._trackers.pop(run_id, None)
+        loop = asyncio.get_running_loop()
+        if await loop.run_in_executor(None, tracker.flush, timeout_s):
+            return await loop.run_in_executor(None, tracker.close, 0)
+        unsent = tracker.pending()
+        self._closing[run_id] = _close_in_background(tracker, ORPHAN_FLUSH_S)
+        return {"sent": tracker.sent, "unsent": unsent, "spool_path": spec["spool_path"], "still_sending": True,
+                "skipped": tracker.skipped}
 
-
-    async def close_all(self, timeout_s: float) -> int:
+    async def close_all(self, timeout_s: float) -> list[dict[str, Any]]:
         """The sweep ends: send what the runs still open hold (trials stopped mid-run, their workers gone), as
-        an orphaned sender child would. Returns the items left unsent (spooled to each run's spool file)."""
-        trackers, self._trackers = list(self._trackers.values()), {}
-        loop = asyncio.get_event_loop()
-        results = await asyncio.gather(*(loop.run_in_executor(None, t.close, timeout_s) for t in trackers))
-        return sum(r.get("unsent", 0) for r in results)
+        an orphaned sender child would, and let the closes still running finish. Returns each run's
+        ``{run_id, unsent, spool_path}`` (what is unsent is in the spool file)."""
+        trackers, self._trackers = dict(self._trackers), {}
+        loop = asyncio.get_running_loop()
+        closes = [loop.run_in_executor(None, _closed, run_id, t, timeout_s) for run_id, t in trackers.items()]
+        results = list(await asyncio.gather(*closes))
+        for thread in self._closing.values():  # bounded by their own ORPHAN_FLUSH_S
+            await loop.run_in_executor(None, thread.join, timeout_s)
+        results += [thread.result for thread in self._closing.values() if hasattr(thread, "result")]
+        return results
 
 
-def stop_relay(relay: Any, timeout_s: float = 60.0) -> None:
-    """Flush every run the relay still holds (bounded), then end it."""
+class _After:
+    """A fence for :class:`~tracking.mlflow_tracker.MlflowTracker`: wait (bounded) until the run's previous
+    tracker, still sending in the background, has finished."""
+
+    def __init__(self, previous: threading.Thread | None):
+        self.previous = previous
+
+    def acquire(self, timeout_s: float = 0.0, cancel: threading.Event | None = None) -> bool:
+        if self.previous is None:
+            return True
+        deadline = time.monotonic() + ORPHAN_FLUSH_S + 30
+        while self.previous.is_alive() and time.monotonic() < deadline and not (cancel and cancel.is_set()):
+            self.previous.join(0.2)
+        return not self.previous.is_alive()
+
+
+def _closed(run_id: str, tracker: Any, timeout_s: float) -> dict[str, Any]:
+    r = tracker.close(timeout_s)
+    return {"run_id": run_id, "unsent": r.get("unsent", 0), "spool_path": r.get("spool_path")}
+
+
+def _close_in_background(tracker: Any, timeout_s: float) -> threading.Thread:
+    def close() -> None:
+        thread.result = _closed(tracker.spec.run_id, tracker, timeout_s)  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=close, name="mlflow-close", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_relay(relay: Any, timeout_s: float = ORPHAN_FLUSH_S) -> None:
+    """Flush every run the relay still holds (bounded), then end it. What could not be sent is in each run's spool
+    file, which a warning names (``tracking.mlflow_tracker.replay_spool`` sends it later)."""
     try:
-        ray.get(relay.close_all.remote(timeout_s), timeout=timeout_s + 30)
-    except Exception:  # it is going away either way; the runs' statuses are set by the driver
-        pass
+        results = ray.get(relay.close_all.remote(timeout_s), timeout=2 * timeout_s + 30)
+    except Exception as e:  # it is going away either way; the runs' statuses are set by the driver
+        log.warning("the sweep's MLflow relay did not finish sending (%s): what it held may be lost", e)
+        results = []
+    for r in results:
+        if r["unsent"]:
+            log.warning("MLflow run %s: %d item(s) unsent, spooled to %s", r["run_id"], r["unsent"], r["spool_path"])
     ray.kill(relay)
 
 

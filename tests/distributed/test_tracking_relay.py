@@ -57,3 +57,30 @@ def test_what_a_stopped_trial_logged_is_sent_when_the_relay_stops(ray_session, h
     ray.get(log_steps.remote(spec, relay, range(1, 4), False))
     stop_relay(relay)
     assert history(spec) == [1, 2, 3]
+
+
+@ray.remote(num_cpus=0)
+def log_and_close(spec, relay, steps: range, timeout_s: float, restarted: bool = False):
+    tracker = tracker_for(spec, rank=0, relay=relay)
+    if restarted:  # a restarted worker group: logs only steps the run does not hold yet
+        tracker.skip_logged_steps(-1)
+    for step in steps:
+        tracker.log_metrics({"train_loss": 1.0 / step}, step=step, unless_logged=restarted)
+    return tracker.close(timeout_s=timeout_s)
+
+
+def test_a_close_past_its_deadline_keeps_sending_and_a_restart_waits_for_it(ray_session, home):
+    """A worker's close has a short bound (10 s as a worker exits); MLflow may be slower than that as a run ends.
+    What is unsent then is not spooled and lost to the run: the relay goes on sending it, as an orphaned sender
+    child would, and the run's next tracker (a restarted worker group) reads the run's floor only after that."""
+    relay = start_relay({})
+    try:
+        spec = open_run(home, "late")
+        first = ray.get(log_and_close.remote(spec, relay, range(1, 4), 0.0))
+        assert first["still_sending"] and first["unsent"] > 0  # zero seconds: nothing can have been sent yet
+        again = ray.get(log_and_close.remote(spec, relay, range(1, 6), 30.0, restarted=True))
+        assert again["unsent"] == 0
+        assert history(spec) == [1, 2, 3, 4, 5]  # steps 1-3 once: the restart waited, then skipped them
+    finally:
+        stop_relay(relay)
+    assert not Path(spec.spool_path).exists()
