@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+# Tune's "new output engine" prints a banner at every sweep's start whatever the verbosity (ray/tune/tune.py calls
+# experiment_started on its AIR reporter, which prints "Configuration for experiment", "View detailed results
+# here" and a TensorBoard hint unconditionally). With it off, ``RunConfig(verbose=0)`` is silent (issue 34 item 6).
+NEW_OUTPUT_ENV = "RAY_AIR_NEW_OUTPUT"
+
+
+def quiet_tune_output() -> None:
+    """Tune's start banner off in this (the sweep's driver) process, unless the user set the variable."""
+    os.environ.setdefault(NEW_OUTPUT_ENV, "0")
 
 
 def trial_statuses(grid: Any) -> dict[str, str]:

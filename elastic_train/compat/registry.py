@@ -11,6 +11,8 @@ over :data:`ENTRIES`. Kinds:
 * ``member``: a private attribute read or set on instances (``scheduler._last_lr``): the class's source must
   still assign it.
 * ``env``: an environment knob; ``target`` is the upstream constant naming it, ``value`` the name we set.
+* ``literal``: an environment variable upstream reads under a literal name (no constant names it): the source
+  of ``target``, the function that reads it, must still hold ``"value"``.
 * ``module``: a private module we import, or whose logger (named by it) we quiet or filter: it must exist.
 * ``ours``: our own process-level trick (a niceness change, a process-wide environment default, an exit
   without interpreter teardown): ``target`` is ``path::text`` and the file must still hold that text, so the
@@ -143,6 +145,9 @@ ENTRIES: tuple[Entry, ...] = (
           "KillActorViaGcs for a stranded PlacementGroupCleaner we hold no handle to",
           "ray.kill needs a handle", RAY, params=("address", "options", "asynchronous", "credentials")),
     # ---- Ray Tune (compat/ray_tune.py)
+    Entry("ray.tune.experimental.output:get_air_verbosity", "literal", "sweep/tuner.py (compat.ray_tune)",
+          "Tune's start banner off (the old output engine is silent at verbose=0)",
+          "the new engine prints its banner whatever the verbosity", RAY, value="RAY_AIR_NEW_OUTPUT"),
     Entry("ray.tune:ResultGrid", "member", "sweep/results.py", "each trial's status (stopped vs interrupted)",
           "no public accessor of the trials in 2.60", RAY, value="_experiment_analysis"),
     # ---- MLflow (compat/mlflow.py)
@@ -219,6 +224,8 @@ def problem(e: Entry) -> str | None:
         obj = resolve(e.target)
         if e.kind == "env":
             return None if obj == e.value or getattr(obj, "name", None) == e.value else f"now names {obj!r}"
+        if e.kind == "literal":  # an environment variable read under a literal name inside ``target``
+            return None if f'"{e.value}"' in inspect.getsource(obj) else f"{e.target} no longer reads {e.value}"
         if e.kind == "member":
             sources = [inspect.getsource(c) for c in inspect.getmro(obj) if c.__module__.split(".")[0] != "builtins"]
             fields = getattr(obj, "__dataclass_fields__", {})

@@ -179,6 +179,9 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
             ),
         )
     before = len(OrphanedPlacementGroupReaper.removed)
+    from elastic_train.compat.ray_tune import quiet_tune_output
+
+    quiet_tune_output()  # no start banner: the sweep prints its own header (plan.py)
     try:
         with warnings.catch_warnings():  # PBT's advice to reuse actors: a trial's process must end (reuse_actors)
             warnings.filterwarnings("ignore", message="Consider boosting PBT performance")

@@ -6,6 +6,8 @@ a driver killed mid-sweep then resumed run sweeps of their own.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -64,15 +66,40 @@ def asha(ray_module, session_home, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sweep")
     marker = tmp / "fault-fired"
     os.environ["ELASTIC_TRAIN_FAULT"] = f"step=3,rank=1,marker={marker},mode=exit"
+    console = Tee(sys.stdout)
     try:
         # The digits, built by a user function that counts its calls (tests/helpers/user_code.py).
-        summary = run_sweep(tmp, "asha", "sweep.search=grid", GRID, "sweep.scheduler=asha", "sweep.grace_period=1",
-                            "sweep.reduction_factor=2", "tracking.register_model=sweep-test-model",
-                            "data.name=tests.helpers.user_code:counted_digits",
-                            f"data.options={{count_path: {tmp / 'data-builds'}}}")
+        with contextlib.redirect_stdout(console):
+            summary = run_sweep(tmp, "asha", "sweep.search=grid", GRID, "sweep.scheduler=asha",
+                                "sweep.grace_period=1", "sweep.reduction_factor=2",
+                                "tracking.register_model=sweep-test-model",
+                                "data.name=tests.helpers.user_code:counted_digits",
+                                f"data.options={{count_path: {tmp / 'data-builds'}}}")
     finally:
         del os.environ["ELASTIC_TRAIN_FAULT"]
+    (tmp / "console.txt").write_text(console.getvalue())
     return tmp, summary, marker
+
+
+class Tee(io.StringIO):
+    """What the sweep printed (the driver's lines and the workers' lines Ray forwards), kept and passed on."""
+
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        return super().write(text)
+
+
+def test_a_sweep_prints_no_tune_banner(asha):
+    """Tune's start banner and its TensorBoard hint stay off the console: the sweep prints its own header."""
+    tmp, _, _ = asha
+    console = (tmp / "console.txt").read_text()
+    assert "trials at once: 1" in console  # the sweep's own header was captured
+    for banner in ("Configuration for experiment", "View detailed results here", "tensorboard --logdir"):
+        assert banner not in console, console
 
 
 def test_asha_sweep_completes_and_stops_weak_trials_early(asha):
@@ -109,8 +136,15 @@ def test_every_trial_ran_the_real_multi_worker_trainer(asha):
     # 120 s timed out once in CI at a load where the asha sweep alone took 210 s.
     from tracking.fence import WAIT_S
 
-    wait_for(lambda: len(kids := children(summary)) == 4 and all(map(complete, kids)), WAIT_S,
-             "every trial's rank-0 tags and metrics in MLflow", poll=1.0)
+    try:
+        wait_for(lambda: len(kids := children(summary)) == 4 and all(map(complete, kids)), WAIT_S,
+                 "every trial's rank-0 tags and metrics in MLflow", poll=1.0)
+    except AssertionError as e:  # say which trial lacks what (a CI failure must be readable from its log)
+        status = {t["run_name"]: (t["status"], t["restarts"]) for t in summary["trials"]}
+        raise AssertionError(f"{e}: " + "; ".join(
+            f"{k.data.tags.get('elastic_train.run_name')} {status.get(k.data.tags.get('elastic_train.run_name'))}"
+            f" world_size={k.data.tags.get('world_size')} metrics={sorted(k.data.metrics)}"
+            for k in children(summary) if not complete(k))) from None
     kids = children(summary)
     # The injected crash hit one trial, which recovered within its own failure budget and went on.
     assert marker.exists()
