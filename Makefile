@@ -12,7 +12,7 @@ help:
 	@echo "make demo       train the default config (digits, 2 DDP workers) on an embedded local Ray"
 	@echo "make test       the whole test suite (unit, distributed, cluster, e2e)"
 	@echo "make test-fast  unit tests, in-process only (not slow, no subprocess; < 1 min)"
-	@echo "make test-long  the longer variants left out of make test (a third fault-campaign seed, the three-fault bitwise run, FSDP 2->1, streamed and token-shard resizes)"
+	@echo "make test-long  the longer variants left out of make test (two more fault-campaign seeds, the three-fault bitwise run, FSDP 2->1, streamed and token-shard resizes, a data set 4x the object store, an elastic trial growing, more host faults)"
 	@echo "make lint       ruff, import-linter contracts (pyproject.toml), hadolint"
 	@echo "make bench      engine overhead vs plain PyTorch (JSON, ~2 min)"
 	@echo "make bench-all  + recovery (~3 min) and ASHA vs grid sweep cost (~12 min)"
