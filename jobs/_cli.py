@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import signal
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from elastic_train.config import ConfigError
+from elastic_train.files import write_json_atomically
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_KILLED = 0, 1, 2, 130
 
@@ -131,4 +131,4 @@ def write_json(path: str | None, data: dict[str, Any]) -> None:
         return
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    write_json_atomically(p, data, indent=2)  # a reader polling for it never sees half of it

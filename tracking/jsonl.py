@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from elastic_train.files import write_json_atomically
 from tracking.base import ChildRun, TrackingSpec, TrackingUnavailable
 from tracking.runs import KIND_TAG, RUN_NAME_TAG, STORAGE_TAG, environment_params, storage_matches
 
@@ -49,9 +50,7 @@ def locked(folder: Path) -> Iterator[None]:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Replace ``path`` atomically: readers see the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    write_json_atomically(path, data)
 
 
 def update_run(run_dir: Path, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from elastic_train.errors import ConfigError
+from elastic_train.files import write_json_atomically
 
 INDEX = "index.json"
 TOKENIZER = "tokenizer.json"
@@ -429,9 +430,7 @@ def prepare(inputs: list[str], out_dir: str, s: PrepareSettings, workers: int | 
         "prepare": {"wall_s": round(wall, 3), "workers": workers,
                     "tokens_per_s": round((train["tokens"] + val["tokens"]) / max(wall, 1e-9))},
     }
-    tmp = out / (INDEX + ".tmp")
-    tmp.write_text(json.dumps(index, indent=1) + "\n")
-    tmp.replace(out / INDEX)  # written last, atomically: a folder with an index is complete
+    write_json_atomically(out / INDEX, index)  # written last, atomically: a folder with an index is complete
     say(f"wrote {out}: {train['tokens']:,} train + {val['tokens']:,} val tokens in "
         f"{len(train['shards']) + len(val['shards'])} shard(s), {index['documents']:,} documents, "
         f"vocab {tok.vocab_size} ({dtype.name}), {wall:.1f} s")

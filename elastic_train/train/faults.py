@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elastic_train.errors import ConfigError
+from elastic_train.files import write_json_atomically
 
 FAULT_ENV = "ELASTIC_TRAIN_FAULT"
 MODES = ("exit", "raise", "save")
@@ -55,10 +56,8 @@ class Fault:
             return
         path = Path(self.marker)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"step": global_step, "scheduled_step": self.step, "rank": self.rank,
-                                   "mode": self.mode, "unix": time.time(), "pid": os.getpid()}))
-        os.replace(tmp, path)
+        write_json_atomically(path, {"step": global_step, "scheduled_step": self.step, "rank": self.rank,
+                                     "mode": self.mode, "unix": time.time(), "pid": os.getpid()}, indent=None)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 from torch import nn
 
 from elastic_train.compat.torch import set_last_lr
+from elastic_train.files import write_text_atomically
 from elastic_train.train.loop import Precision
 from elastic_train.train.strategy import DDPStrategy, Strategy, atomic_torch_save, saved_by
 
@@ -137,12 +137,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def _atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class IncompleteCheckpoint(RuntimeError):
@@ -263,7 +257,7 @@ class TrainState:
             "schedule": self.record.schedule,
             **meta,
         }
-        _atomic_write_text(json.dumps(full_meta, indent=2, default=str), d / META)
+        write_text_atomically(d / META, json.dumps(full_meta, indent=2, default=str))
 
     def load(self, directory: str | Path, rank: int, map_location: torch.device | str = "cpu") -> bool:
         """Restore from ``directory``; returns whether this rank's RNG state was found (same world size)."""

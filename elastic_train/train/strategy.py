@@ -17,7 +17,6 @@ every rank's shards (FSDP); :func:`saved_by` reads it back. A new strategy is on
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -27,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from elastic_train.files import replace_atomically
 from elastic_train.train.loop import Precision
 
 if TYPE_CHECKING:  # pydantic-free at run time
@@ -49,12 +49,11 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` to a temporary name, then rename: a crash never leaves a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    replace_atomically(path, lambda tmp: torch.save(obj, tmp))
 
 
-def _world_size() -> int:
+def world_size() -> int:
+    """Workers (one device each) in the default process group; 1 without one."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
@@ -119,7 +118,7 @@ class DDPStrategy(Strategy):
         if device.type == "cuda":
             torch.cuda.set_device(device)
         model = model.to(device)
-        if _world_size() > 1:
+        if world_size() > 1:
             on_gpu = {"device_ids": [device], "output_device": device} if device.type == "cuda" else {}
             model = DistributedDataParallel(model, **on_gpu)
         return model
