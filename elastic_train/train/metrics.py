@@ -18,7 +18,7 @@ from torch import nn
 
 from elastic_train.data import DataSpec
 from elastic_train.train.loop import StepResult
-from elastic_train.train.strategy import unwrap
+from elastic_train.train.strategy import unwrap, world_size
 
 if TYPE_CHECKING:  # pydantic-free at run time
     from elastic_train.config import JobConfig
@@ -186,11 +186,6 @@ def mfu(achieved_flops_per_s: float, peak_flops_per_device: float, devices: int 
     """
     peak = peak_flops_per_device * devices
     return achieved_flops_per_s / peak if peak > 0 else 0.0
-
-
-def world_size() -> int:
-    """Workers (one device each) in the default process group; 1 without one."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def speed_text(stats: dict[str, float]) -> str:
