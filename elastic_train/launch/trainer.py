@@ -38,13 +38,8 @@ def build_trainer(
     scaling_policy: Any | None = None,
 ) -> TorchTrainer:
     """The TorchTrainer for ``ctx``: elastic scaling, failure budget, checkpoint retention, async upload."""
-    cfg, run_name, storage_path, use_gpu, tracking = ctx.cfg, ctx.run_name, ctx.storage_path, ctx.use_gpu, ctx.tracking
-    # Ray Train's controller polls workers at this period; report() waits for the poll, so the default
-    # 2 s makes every checkpoint cost ~2 s. The driver's env is propagated to the controller.
-    os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
-    # After a node loss Ray's view of the cluster can lag (its coordinator refreshes every 20 s) and a first
-    # restart may ask for workers that no longer fit; a shorter start timeout retries sooner.
-    os.environ.setdefault(START_TIMEOUT_ENV, str(cfg.failure.worker_start_timeout_s))
+    cfg, run_name, tracking = ctx.cfg, ctx.run_name, ctx.tracking
+    _ray_train_env(cfg)
     args = WorkerArgs(
         config=cfg.model_dump(mode="json"),
         run_name=run_name,
@@ -66,18 +61,10 @@ def build_trainer(
     trainer = _Trainer(
         train_loop_per_worker,
         train_loop_config=dict(vars(args)),  # shallow: the ledger is an actor handle
-        scaling_config=ScalingConfig(
-            num_workers=ray_num_workers(cfg),
-            use_gpu=use_gpu,
-            resources_per_worker=worker_resources(cfg, use_gpu),
-            placement_strategy=cfg.scaling.placement_strategy,
-            elastic_resize_monitor_interval_s=cfg.scaling.resize_check_interval_s,
-        ),
-        run_config=RunConfig(
-            name=run_name,
-            storage_path=ray_storage(storage_path)[0],
-            storage_filesystem=ray_storage(storage_path)[1],
-            failure_config=FailureConfig(max_failures=cfg.failure.max_failures),
+        scaling_config=_scaling(ctx, ray_num_workers(cfg),
+                                elastic_resize_monitor_interval_s=cfg.scaling.resize_check_interval_s),
+        run_config=_run_config(
+            ctx,
             checkpoint_config=CheckpointConfig(
                 num_to_keep=cfg.checkpoint.keep,
                 checkpoint_score_attribute=cfg.checkpoint.score,
@@ -85,8 +72,6 @@ def build_trainer(
             ),
             callbacks=[*ours, *(callbacks or [])],
             worker_runtime_env={"env_vars": env_vars} if env_vars else None,
-            # Ray Train's INFO lines repeat every report; our workers print restarts and resizes themselves.
-            logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
         ),
     )
     trainer.scaling_policy = scaling_policy
@@ -108,25 +93,42 @@ class _Trainer(TorchTrainer):
 
 def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger: Any) -> TorchTrainer:
     """A TorchTrainer that scores a model on the validation set over the configured workers (no checkpoints)."""
-    cfg, run_name, storage_path, use_gpu = ctx.cfg, ctx.run_name, ctx.storage_path, ctx.use_gpu
     from elastic_train.train.worker import evaluate_loop_per_worker
 
-    os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
+    cfg = ctx.cfg
+    _ray_train_env(cfg)
     return TorchTrainer(
         evaluate_loop_per_worker,
         train_loop_config={"config": cfg.model_dump(mode="json"), "weights_ref": weights_ref, "data_ref": data_ref,
                            "ledger": ledger},
-        scaling_config=ScalingConfig(
-            num_workers=cfg.scaling.max_workers,
-            use_gpu=use_gpu,
-            resources_per_worker=worker_resources(cfg, use_gpu),
-            placement_strategy=cfg.scaling.placement_strategy,
-        ),
-        run_config=RunConfig(
-            name=run_name,
-            storage_path=ray_storage(storage_path)[0],
-            storage_filesystem=ray_storage(storage_path)[1],
-            failure_config=FailureConfig(max_failures=cfg.failure.max_failures),
-            logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
-        ),
+        scaling_config=_scaling(ctx, cfg.scaling.max_workers),
+        run_config=_run_config(ctx),
+    )
+
+
+def _ray_train_env(cfg: JobConfig) -> None:
+    """Ray Train's environment knobs (compat/ray_train.py), set in the driver, which propagates them to the
+    controller; a value the user exported wins."""
+    # The controller polls workers at this period; report() waits for the poll, so the default 2 s makes every
+    # checkpoint cost ~2 s.
+    os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
+    # After a node loss Ray's view of the cluster can lag (its coordinator refreshes every 20 s) and a first
+    # restart may ask for workers that no longer fit; a shorter start timeout retries sooner.
+    os.environ.setdefault(START_TIMEOUT_ENV, str(cfg.failure.worker_start_timeout_s))
+
+
+def _scaling(ctx: RunContext, num_workers: int | tuple[int, int], **extra: Any) -> ScalingConfig:
+    cfg, use_gpu = ctx.cfg, ctx.use_gpu
+    return ScalingConfig(num_workers=num_workers, use_gpu=use_gpu, resources_per_worker=worker_resources(cfg, use_gpu),
+                         placement_strategy=cfg.scaling.placement_strategy, **extra)
+
+
+def _run_config(ctx: RunContext, **extra: Any) -> RunConfig:
+    path, filesystem = ray_storage(ctx.storage_path)
+    return RunConfig(
+        name=ctx.run_name, storage_path=path, storage_filesystem=filesystem,
+        failure_config=FailureConfig(max_failures=ctx.cfg.failure.max_failures),
+        # Ray Train's INFO lines repeat every report; our workers print restarts and resizes themselves.
+        logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
+        **extra,
     )
