@@ -8,8 +8,8 @@ pinned memory, driven by the same index schedule (:mod:`elastic_train.data.sampl
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch.utils.data import DataLoader
@@ -20,10 +20,38 @@ from elastic_train.data.spec import Batch, DataBundle, Split, StreamSplit, Tenso
 from elastic_train.data.trace import Trace
 
 
+@runtime_checkable
+class StepSource(Protocol):
+    """What the training session asks of a worker's data, whatever the source: :class:`WorkerData` (in-memory
+    sets, token shards, map-style datasets) or :class:`~elastic_train.data.stream.StreamData` (Ray Data
+    streamed through the worker)."""
+
+    trace: Trace  # the exactly-once trace of the samples each step took (data.trace_path)
+
+    @property
+    def steps_per_epoch(self) -> int: ...
+
+    def epoch(self, epoch: int, start_step: int = 0, then: int | None = None) -> Iterator[tuple[int, list[Batch]]]:
+        """``(step, micro-batches on the device)`` from ``start_step``; ``then``: the epoch asked for next."""
+        ...
+
+    def val_batches(self, batch_size: int, equal_counts: bool = False) -> Iterator[Batch]: ...
+
+    def position(self, epoch: int, step_in_epoch: int) -> dict[str, Any] | None:
+        """What a checkpoint must carry beyond (epoch, step) to resume mid-epoch (None: nothing)."""
+        ...
+
+    def restore(self, position: dict[str, Any] | None) -> None: ...
+
+    def mark(self, event: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 def worker_data(bundle: DataBundle, plan: BatchPlan, rank: int, seed: int, device: torch.device,
-                loader_workers: int = 2, trace_path: str | None = None) -> Any:
+                loader_workers: int = 2, trace_path: str | None = None) -> StepSource:
     """The worker's data: :class:`WorkerData`, or :class:`~elastic_train.data.stream.StreamData` for a streamed
-    bundle (same interface, plus ``position`` / ``restore`` of the ids consumed mid-epoch)."""
+    bundle (whose ``position`` / ``restore`` carry the ids consumed mid-epoch)."""
     if isinstance(bundle.train, StreamSplit):
         from elastic_train.data.stream import StreamData
 
@@ -78,65 +106,49 @@ class WorkerData:
     def epoch(self, epoch: int, start_step: int = 0, then: int | None = None) -> Iterator[tuple[int, list[Batch]]]:
         """Yield ``(step, micro-batches)`` from ``start_step``; batches are already on the device. (``then``, the
         epoch asked for next, matters to streamed sources only: StreamData starts it early.)"""
-        if isinstance(self.train, TensorSet):
-            source = self._tensor_steps
-        elif hasattr(self.train, "gather"):  # memory-mapped windows: a vectorised read per micro-batch
-            source = self._gather_steps
-        else:
-            source = self._loader_steps
-        it = source(epoch, start_step)
-        nxt = next(it, None)
+        fetch = self._fetcher(epoch, start_step)
+        steps = ((step, [self._to_device(*fetch(idx)) for idx in micro if len(idx)])
+                 for step, micro in self._recorded(epoch, start_step))
+        nxt = next(steps, None)
         while nxt is not None:
-            cur, nxt = nxt, next(it, None)  # prefetch: the next gather/copy is issued before we yield
+            cur, nxt = nxt, next(steps, None)  # prefetch: the next gather/copy is issued before we yield
             yield cur
 
-    def _tensor_steps(self, epoch: int, start_step: int) -> Iterator[tuple[int, list[Batch]]]:
-        data = self.train
-        assert isinstance(data, TensorSet)
+    def _recorded(self, epoch: int, start_step: int) -> Iterator[tuple[int, list[torch.Tensor]]]:
+        """The sampler's ``(step, micro-batch indices)``, each step traced as it is taken."""
         for step, micro in self.sampler.steps_from(epoch, start_step):
             self._record(epoch, step, micro)
-            batches = []
-            for idx in micro:
-                if len(idx):
-                    if idx.device != data.x.device:  # device-resident set: pinned, so the copy is truly async
-                        idx = idx.pin_memory().to(data.x.device, non_blocking=True)
-                    x, y = data.x[idx], data.y[idx]
-                    if self.device.type == "cuda" and x.device.type == "cpu":
-                        x, y = x.pin_memory(), y.pin_memory()  # a gather from pinned memory is pageable
-                    batches.append(self._to_device(x, y))
-            yield step, batches
+            yield step, micro
 
-    def _gather_steps(self, epoch: int, start_step: int) -> Iterator[tuple[int, list[Batch]]]:
-        """Sources with ``gather(idx) -> (x, y)`` (token shards): read only this worker's samples, pin, copy."""
-        pin = self.device.type == "cuda"
-        for step, micro in self.sampler.steps_from(epoch, start_step):
-            self._record(epoch, step, micro)
-            batches = []
-            for idx in micro:
-                if len(idx):
-                    x, y = self.train.gather(idx)
-                    if pin:
-                        x, y = x.pin_memory(), y.pin_memory()
-                    batches.append(self._to_device(x, y))
-            yield step, batches
-
-    def _loader_steps(self, epoch: int, start_step: int) -> Iterator[tuple[int, list[Batch]]]:
+    def _fetcher(self, epoch: int, start_step: int) -> Callable[[torch.Tensor], Batch]:
+        """How one micro-batch's sample indices become ``(x, y)`` on the host (or already on the device), by kind
+        of source: an in-memory set (one indexed gather), memory-mapped windows with ``gather(idx)`` (token
+        shards: only this worker's samples are read), or a map-style dataset behind a DataLoader driven by the
+        same index schedule. On a GPU, host tensors are pinned so that the copy is truly asynchronous."""
+        data, pin = self.train, self.device.type == "cuda"
+        if isinstance(data, TensorSet):
+            def fetch(idx: torch.Tensor) -> Batch:
+                if idx.device != data.x.device:  # device-resident set: pinned, so the copy is truly async
+                    idx = idx.pin_memory().to(data.x.device, non_blocking=True)
+                x, y = data.x[idx], data.y[idx]
+                if pin and x.device.type == "cpu":
+                    x, y = x.pin_memory(), y.pin_memory()  # a gather from pinned memory is pageable
+                return x, y
+            return fetch
+        if hasattr(data, "gather"):
+            def fetch(idx: torch.Tensor) -> Batch:
+                x, y = data.gather(idx)
+                return (x.pin_memory(), y.pin_memory()) if pin else (x, y)
+            return fetch
         loader = DataLoader(
-            self.train,
+            data,
             batch_sampler=_MicroBatchSampler(self.sampler, epoch, start_step),
             num_workers=self.loader_workers,
-            pin_memory=self.device.type == "cuda",
+            pin_memory=pin,
             prefetch_factor=4 if self.loader_workers else None,
         )
-        batches_iter = iter(loader)
-        for step, micro in self.sampler.steps_from(epoch, start_step):
-            self._record(epoch, step, micro)
-            batches = []
-            for idx in micro:
-                if len(idx):
-                    x, y = next(batches_iter)
-                    batches.append(self._to_device(x, y))
-            yield step, batches
+        batches = iter(loader)
+        return lambda idx: next(batches)
 
     def val_batches(self, batch_size: int, equal_counts: bool = False) -> Iterator[Batch]:
         """This worker's contiguous shard of the validation set (shards cover it exactly once).
