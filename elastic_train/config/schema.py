@@ -129,6 +129,11 @@ class TrainConfig(Section):
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Autocast dtype (fp16 uses a GradScaler).")
     compile: bool = Field(False, description="torch.compile the model.")
     activation_checkpointing: bool = Field(False, description="gpt: recompute block activations in backward.")
+    sync_every_steps: int = Field(
+        10, gt=0, description="Steps between sync points: every rank takes rank 0's clock-based decisions "
+        "(checkpoint.every_seconds, the preemption check, an auto interval's change) in one small all-reduce, so "
+        "this bounds how many steps a run takes to react to them. Logging (tracking.log_every_steps), epoch ends and "
+        "step checkpoints are sync points too.")
 
     @field_validator("betas")
     @classmethod
@@ -254,7 +259,9 @@ class TrackingConfig(Section):
         "jsonl: a folder; default <home>/tracking."
     )
     experiment: str = Field("elastic-train", description="MLflow experiment name.")
-    log_every_steps: int = Field(10, gt=0, description="Log train metrics every N optimizer steps.")
+    log_every_steps: int = Field(
+        10, gt=0, description="Log train metrics (and a progress line) every N optimizer steps, and at each epoch end "
+        "and checkpoint. Logging only: how fast a run reacts to the clock is train.sync_every_steps.")
     system_metrics: bool = Field(True, description="Log CPU/GPU/memory system metrics from the rank-0 node.")
     log_checkpoints: list[Literal["none", "last", "best", "all"]] = Field(
         ["best", "last"], description="Which checkpoints to copy into MLflow artifacts."

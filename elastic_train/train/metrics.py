@@ -83,8 +83,20 @@ class Window:
         totals["grad_norms"] = self.norms  # how many steps measured it (the same on every worker)
         totals["steps"] /= world
         self.warm, self._first = not self._first, False
-        return totals, {n: (v > 0 if isinstance(flags[n], bool) else v)
-                        for n, v in zip(names, values[FIELDS:], strict=True)}
+        return totals, _decoded(flags, values[FIELDS:])
+
+    def reduce_flags(self, rank: int, flags: dict[str, Any]) -> dict[str, Any]:
+        """Only rank 0's flags, broadcast (a sync point that logs nothing): one tiny all-reduce."""
+        buf = torch.tensor([float(flags[n]) if rank == 0 else 0.0 for n in flags], dtype=torch.float64,
+                           device=self.device)
+        if world_size() > 1:
+            dist.all_reduce(buf)
+        return _decoded(flags, buf.tolist())
+
+
+def _decoded(flags: dict[str, Any], values: list[float]) -> dict[str, Any]:
+    """Reduced flag values as rank 0 meant them: booleans back to booleans, numbers as numbers."""
+    return {n: (v > 0 if isinstance(flags[n], bool) else v) for n, v in zip(list(flags), values, strict=True)}
 
 
 class Throughput:

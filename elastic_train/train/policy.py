@@ -1,7 +1,8 @@
 """When to checkpoint: step, time and epoch cadence, and the preemption decision.
 
-Only *sync points* can checkpoint: steps where every rank all-reduces its metrics window together with rank
-0's flags (log cadence, step checkpoints, epoch ends), so every rank takes the same decision on the same step.
+Only *sync points* can checkpoint: steps where every rank all-reduces rank 0's flags (``train.sync_every_steps``,
+and every log point: log cadence, step checkpoints, epoch ends; there the metrics window travels in the same
+all-reduce), so every rank takes the same decision on the same step.
 Time is read on rank 0 only and travels in those flags. Preemption is asked at most every
 ``PREEMPTION_CHECK_S``: the worker passes in ``ray.train.get_preemption_info`` (a barrier every rank reaches
 on the same step), so nothing here imports Ray.
@@ -47,8 +48,9 @@ class CheckpointPolicy:
         """Checkpoint every ``every_steps`` steps, and no longer on the clock (an auto choice replaces both)."""
         self.every_steps, self.every_seconds = every_steps, None
 
-    def is_sync_point(self, global_step: int, step_in_epoch: int) -> bool:
-        """Steps where every rank all-reduces metrics and flags: log cadence, step checkpoints, epoch ends."""
+    def is_log_point(self, global_step: int, step_in_epoch: int) -> bool:
+        """Steps whose metrics window every rank all-reduces and rank 0 logs: the log cadence, epoch ends, step
+        checkpoints and the budget's last step (a checkpoint always follows a logged window)."""
         every = self.every_steps
         return (
             global_step % self.cfg.tracking.log_every_steps == 0
@@ -56,6 +58,11 @@ class CheckpointPolicy:
             or bool(every and global_step % every == 0)
             or bool(self.budget and self.budget.by != "epochs" and global_step >= self.budget.total_steps)
         )
+
+    def is_sync_point(self, global_step: int, step_in_epoch: int) -> bool:
+        """Steps where every rank takes rank 0's flags (time checkpoints, preemption, an auto interval): the sync
+        cadence (``train.sync_every_steps``) and every log point."""
+        return global_step % self.cfg.train.sync_every_steps == 0 or self.is_log_point(global_step, step_in_epoch)
 
     def flags(self) -> dict[str, bool | float]:
         """Rank 0's time-based decisions and its proposed interval, to be reduced (broadcast) with the metrics

@@ -183,10 +183,12 @@ class Session:
             self.console.epoch_bar(p.epoch, self.budget.epochs, steps_per_epoch, p.step_in_epoch)
             then = p.epoch + 1 if p.epoch + 1 < self.budget.epochs else None  # a stream starts it early
             for micro in self._timed(self.data.epoch(p.epoch, p.step_in_epoch, then)):
-                sync = self.policy.is_sync_point(p.global_step + 1, (p.step_in_epoch + 1) % steps_per_epoch)
+                at = (p.global_step + 1, (p.step_in_epoch + 1) % steps_per_epoch)
+                log = self.policy.is_log_point(*at)
+                sync = log or self.policy.is_sync_point(*at)
                 result = train_step(
                     self.model, micro, self.state.optimizer, self.state.scheduler, self.precision,
-                    self.plan.loss_scale, cfg.train.grad_clip, measure_grad_norm=sync, loss_fn=self.loss_fn,
+                    self.plan.loss_scale, cfg.train.grad_clip, measure_grad_norm=log, loss_fn=self.loss_fn,
                 )
                 p.advance(cfg.train.global_batch_size, steps_per_epoch)
                 self.window.add(result)
@@ -197,7 +199,7 @@ class Session:
                 self.goodput.push()  # at most every 0.25 s: the ledger knows the last step when a worker dies
                 self.host.fault.maybe_fire(p.global_step)
                 if sync:
-                    self._maybe_checkpoint(self._sync_and_log(), epoch_end=p.step_in_epoch == 0)
+                    self._maybe_checkpoint(self._sync(log), epoch_end=p.step_in_epoch == 0, logged=log)
                 if self.budget.done(p):  # a step/token budget ends mid-epoch (its last step was a sync point)
                     break
         if not self.window.empty:  # the loop ended between sync points
@@ -218,6 +220,14 @@ class Session:
             torch.cuda.synchronize()
         self.goodput.book.first_step_done(time.time())
         self.host.fault.note("first_step", step=self.state.progress.global_step)
+
+    def _sync(self, log: bool) -> dict[str, Any]:
+        """A sync point: rank 0's flags on every rank, with the metrics window (logged) at a log point."""
+        if log:
+            return self._sync_and_log()
+        flags = self.window.reduce_flags(self.rank, self.policy.flags())
+        self.policy.synced(flags)
+        return flags
 
     def _sync_and_log(self) -> dict[str, bool]:
         """All-reduce the window's sums (plus rank 0's control flags); log them; return the flags."""
@@ -242,9 +252,11 @@ class Session:
         self.policy.synced(flags)
         return flags
 
-    def _maybe_checkpoint(self, flags: dict[str, bool], epoch_end: bool) -> None:
+    def _maybe_checkpoint(self, flags: dict[str, bool], epoch_end: bool, logged: bool = True) -> None:
         reason = self.policy.reason(flags, self.state.progress, epoch_end)
         if reason is not None:
+            if not logged:  # a clock-based checkpoint between log points: the window is logged first (every
+                self._sync_and_log()  # rank: the flags that decided it are every rank's), the epoch's sums stay whole
             self.checkpoint(reason)
 
     # ------------------------------------------------------------------------------ checkpoints

@@ -85,3 +85,12 @@ def test_every_steps_accepts_auto_an_int_or_null_only():
     for bad in ("0", "-3", "soon"):
         with pytest.raises(Exception, match="checkpoint.every_steps"):
             load("configs/digits.yaml", [f"checkpoint.every_steps={bad}"])
+
+
+def test_sync_points_are_their_own_cadence_and_every_log_point_is_one():
+    p = _policy("tracking.log_every_steps=100", "train.sync_every_steps=4")
+    assert p.is_sync_point(8, 3) and not p.is_log_point(8, 3)  # the clock is read here, nothing is logged
+    assert not p.is_sync_point(7, 3)
+    assert p.is_log_point(100, 3) and p.is_sync_point(100, 3) and p.is_log_point(5, 0)  # log cadence, epoch end
+    default = _policy()  # equal cadences: the same steps as before the setting existed
+    assert all(default.is_sync_point(s, s % 7) == default.is_log_point(s, s % 7) for s in range(1, 200))
