@@ -6,13 +6,14 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from elastic_train.data import DataBundle, TensorSet
 from elastic_train.data.spec import StreamSplit
 from elastic_train.launch import timeline
 from elastic_train.launch.context import RunContext
+from elastic_train.train.resources import RunResources
 from tracking import backend_for
 
 
@@ -28,15 +29,12 @@ class Outcome:
     ended: float | None = None  # unix time training returned (teardown follows)
 
 
-def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | None = None,
-        start_from: str | None = None, scaling_policy: Any | None = None, ledger: Any | None = None,
-        tracking_relay: Any | None = None) -> Outcome:
-    """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``data_ref``: the
-    dataset already in the object store (a sweep puts it once for all trials); else ``ctx.bundle`` is put.
-    ``start_from``: another run's checkpoint the workers continue while this run has none of its own (PBT).
-    ``scaling_policy``: ScalingConfig -> Ray Train scaling policy, instead of Ray's own (an elastic sweep trial).
-    ``ledger``: a shared RunLedger (a sweep's) that holds this fit's book under a key of its own; default: one
-    created for this fit. ``tracking_relay``: a sweep's MLflow sender actor rank 0 logs through (tracking/relay.py)."""
+def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
+    """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``resources``: what the
+    caller hands the run besides its config (train/resources.py; a sweep trial's shared actors, its PBT donor, its
+    scaling policy); this fit completes them: the dataset is put in the object store unless ``data_ref`` is set, a
+    ledger is created for this fit unless a shared one is given (its book under a fresh key either way), the log
+    floor of a resumed run is read, and the run's tracking callbacks join the caller's."""
     import ray
 
     from elastic_train.launch.ledger import create_ledger
@@ -49,18 +47,19 @@ def fit(ctx: RunContext, callbacks: list[Any] | None = None, data_ref: Any | Non
         return Outcome(None, None, None, "FINISHED", already_complete={"checkpoint": latest[0], "meta": latest[1]},
                        ended=time.time())
     ctx.storage.save_config(ctx.cfg.model_dump(mode="json"))
-    cbs = list(callbacks or []) + _tracking_callbacks(ctx)
+    res = resources or RunResources()
     log_floor = (
         backend_for(ctx.tracking, ctx.home).last_logged_step(ctx.tracking) if ctx.tracking and ctx.resuming else -1
     )
     if latest:  # a killed driver's Train run keeps the workers' resources reserved for 180 s otherwise
         release_stale_reservation(latest[1].get("ray_train_run_id"))
-    own_ledger, key = ledger is None, uuid.uuid4().hex  # a fresh key: no earlier life's book is this fit's
-    ledger = create_ledger() if own_ledger else ledger
-    trainer = build_trainer(ctx, ledger=ledger, ledger_key=key, tracking_relay=tracking_relay, log_floor=log_floor,
-                            callbacks=cbs,
-                            data_ref=data_ref if data_ref is not None else share_data(ctx.bundle),
-                            start_from=start_from, scaling_policy=scaling_policy)
+    own_ledger = res.ledger is None
+    ledger = create_ledger() if own_ledger else res.ledger
+    res = replace(res, ledger=ledger, ledger_key=uuid.uuid4().hex,  # a fresh key: no earlier life's book is ours
+                  log_floor=log_floor, callbacks=(*res.callbacks, *_tracking_callbacks(ctx)),
+                  data_ref=res.data_ref if res.data_ref is not None else share_data(ctx.bundle))
+    key = res.ledger_key
+    trainer = build_trainer(ctx, res)
     timeline.mark("trainer start")
     result, error, status = _run(trainer)
     ended = time.time()

@@ -16,6 +16,7 @@ from elastic_train.launch.controller import ControllerPriority, FreshClusterView
 from elastic_train.launch.preflight import worker_resources
 from elastic_train.launch.storage import ray_storage
 from elastic_train.train.faults import FaultPlan
+from elastic_train.train.resources import RunResources
 from elastic_train.train.warmup import WorkerWarmup
 from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
 
@@ -25,34 +26,19 @@ def ray_num_workers(cfg: JobConfig) -> int | tuple[int, int]:
     return (s.min_workers, s.max_workers) if s.elastic else s.min_workers
 
 
-def build_trainer(
-    ctx: RunContext,
-    *,
-    ledger: Any | None = None,
-    ledger_key: str = "",
-    tracking_relay: Any | None = None,
-    log_floor: int = -1,
-    callbacks: list[Any] | None = None,
-    data_ref: Any | None = None,
-    start_from: str | None = None,
-    scaling_policy: Any | None = None,
-) -> TorchTrainer:
-    """The TorchTrainer for ``ctx``: elastic scaling, failure budget, checkpoint retention, async upload."""
-    cfg, run_name, tracking = ctx.cfg, ctx.run_name, ctx.tracking
+def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> TorchTrainer:
+    """The TorchTrainer for ``ctx``: elastic scaling, failure budget, checkpoint retention, async upload.
+    ``resources``: the run's non-config values (train/resources.py); the workers get them less the driver's."""
+    cfg, tracking, res = ctx.cfg, ctx.tracking, resources or RunResources()
     _ray_train_env(cfg)
     args = WorkerArgs(
         config=cfg.model_dump(mode="json"),
-        run_name=run_name,
+        run_name=ctx.run_name,
         tracking=tracking,
-        ledger=ledger,
-        ledger_key=ledger_key,
-        tracking_relay=tracking_relay,
-        log_floor=log_floor,
+        resources=res.for_workers(),
         fault=ctx.fault,
         progress_bars=sys.stdout.isatty(),
-        data_ref=data_ref,
         launched=ctx.started,
-        start_from=start_from,
     )
     env_vars = dict(tracking.env) if tracking else {}
     markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
@@ -60,7 +46,7 @@ def build_trainer(
             *([RestartPhases(markers)] if markers else [])]
     trainer = _Trainer(
         train_loop_per_worker,
-        train_loop_config=dict(vars(args)),  # shallow: the ledger is an actor handle
+        train_loop_config=dict(vars(args)),  # shallow: the resources hold actor handles
         scaling_config=_scaling(ctx, ray_num_workers(cfg),
                                 elastic_resize_monitor_interval_s=cfg.scaling.resize_check_interval_s),
         run_config=_run_config(
@@ -70,11 +56,11 @@ def build_trainer(
                 checkpoint_score_attribute=cfg.checkpoint.score,
                 checkpoint_score_order=cfg.checkpoint.score_mode,
             ),
-            callbacks=[*ours, *(callbacks or [])],
+            callbacks=[*ours, *res.callbacks],
             worker_runtime_env={"env_vars": env_vars} if env_vars else None,
         ),
     )
-    trainer.scaling_policy = scaling_policy
+    trainer.scaling_policy = res.scaling_policy
     return trainer
 
 

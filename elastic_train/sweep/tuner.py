@@ -40,6 +40,7 @@ from elastic_train.sweep.plan import (
     trial_run_name,
 )
 from elastic_train.sweep.runs import read_handoff, write_summary
+from elastic_train.train.resources import RunResources
 from tracking import backend_for
 
 __all__ = ["TRIAL_PREFIX", "TUNE_PREFIX", "run_trial", "run_tuner", "trial_run_name"]
@@ -113,10 +114,10 @@ class TrialContext:
     """What every trial needs from the sweep's driver (handed over by ``tune.with_parameters``)."""
 
     sweep: RunContext  # the sweep's context: resolved base config, cluster, parent tracking run (no dataset
-    sweep_dir: str     # when data_ref holds it)
-    data_ref: Any | None = None  # the sweep's dataset, put in the object store once for every trial
-    ledger: Any | None = None  # the sweep's RunLedger: one actor for every trial's goodput book
-    relay: Any | None = None  # the sweep's MLflow sender (tracking/relay.py): every trial's rank 0 logs through it
+    sweep_dir: str     # when shared.data_ref holds it)
+    # What every trial's fit shares: the sweep's dataset (put in the object store once), its RunLedger (one actor
+    # for every trial's goodput book) and its MLflow relay (every trial's rank 0 logs through it)
+    shared: RunResources = RunResources()
 
 
 def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
@@ -141,7 +142,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
         from tracking.relay import start_relay
 
         relay = start_relay(parent.env)
-    trial = TrialContext(base, plan.sweep_dir, data_ref, ledger, relay)
+    trial = TrialContext(base, plan.sweep_dir, RunResources(data_ref=data_ref, ledger=ledger, tracking_relay=relay))
     callbacks = [OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt"),
                  TrialProgress(plan.sweep_dir, plan.cfg)]
     if plan.ctx.tracking is not None:  # each trial's run opened and closed here, not in the trial (runs.py)
@@ -250,24 +251,21 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     if handoff is not None:  # the sweep's driver opened this trial's run (runs.py) and closes it
         ctx = replace(ctx, tracking=handoff.spec(parent))
     else:
-        ctx = _track_here(ctx, trial_id, overrides, parent, donor, trial.data_ref)
-    data_ref = trial.data_ref if ctx.bundle is None else None  # None: the trial built its own data
+        ctx = _track_here(ctx, trial_id, overrides, parent, donor, trial.shared.data_ref)
+    data_ref = trial.shared.data_ref if ctx.bundle is None else None  # None: the trial built its own data
     start_from = donor[0] if donor else None
     policy = None
     if ctx.cfg.scaling.elastic:  # starts at its floor, grows into what stopped trials free (elastic.py)
         from elastic_train.sweep.elastic import TrialScalingPolicy
 
         policy = partial(TrialScalingPolicy, trial_id=trial_id)
+    resources = replace(trial.shared, data_ref=data_ref, start_from=start_from, scaling_policy=policy)
     if ctx.cfg.sweep.scheduler == "pbt":  # Tune must hold the trial's checkpoints to clone it (relay.py)
         from elastic_train.sweep.relay import fit_reporting_checkpoints
 
-        outcome = fit_reporting_checkpoints(
-            lambda callbacks: fit(ctx, callbacks=callbacks, data_ref=data_ref, start_from=start_from,
-                                  scaling_policy=policy, ledger=trial.ledger,
-                                  tracking_relay=trial.relay))
+        outcome = fit_reporting_checkpoints(lambda callbacks: fit(ctx, replace(resources, callbacks=tuple(callbacks))))
     else:
-        outcome = fit(ctx, callbacks=[TuneReportCallback()], data_ref=data_ref, start_from=start_from,
-                      scaling_policy=policy, ledger=trial.ledger, tracking_relay=trial.relay)
+        outcome = fit(ctx, replace(resources, callbacks=(TuneReportCallback(),)))
     if outcome.already_complete:  # a restored sweep re-ran a trial whose training had already ended
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})

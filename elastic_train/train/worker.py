@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,11 +35,12 @@ from elastic_train.train.fence import AttemptFence
 from elastic_train.train.goodput import GoodputReporter
 from elastic_train.train.priority import normal_priority
 from elastic_train.train.process_info import process_start_unix
+from elastic_train.train.resources import RunResources
 from elastic_train.train.session import Host, Session
 from elastic_train.train.state import RunRecord, upload_checkpoint
 from tracking import TrackingSpec, tracker_for
 
-__all__ = ["FAULT_ENV", "WorkerArgs", "evaluate_loop_per_worker", "train_loop_per_worker"]
+__all__ = ["FAULT_ENV", "RunResources", "WorkerArgs", "evaluate_loop_per_worker", "train_loop_per_worker"]
 
 
 @dataclass
@@ -49,15 +50,10 @@ class WorkerArgs:
     config: dict[str, Any]
     run_name: str
     tracking: TrackingSpec | None = None
-    ledger: Any | None = None
-    ledger_key: str = ""  # this fit's book in the ledger (a sweep's trials share one ledger)
-    tracking_relay: Any | None = None  # a sweep's MLflow sender actor (tracking/relay.py); None: rank 0's own child
-    log_floor: int = -1  # metrics at steps <= this were logged by an earlier driver; skip them
+    resources: RunResources = field(default_factory=RunResources)  # the run's non-config values (resources.py)
     fault: str | None = None
     progress_bars: bool = False  # tqdm_ray bars when the driver writes to a terminal, else plain lines
-    data_ref: Any | None = None  # the driver's DataBundle in the object store (skips rebuilding it)
     launched: float | None = None  # unix time the driver was launched: goodput's startup counts from it
-    start_from: str | None = None  # another run's checkpoint to continue when this run has none (a PBT clone)
 
 
 def train_loop_per_worker(args: dict[str, Any]) -> None:
@@ -66,18 +62,19 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
     checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
     checkpoint, unregistered, attempt = _newest_checkpoint(checkpoint)  # and which attempt of the run are we?
     wargs = WorkerArgs(**args)
+    res = wargs.resources
     fence = _fence(attempt)
-    adopt = checkpoint is None and wargs.start_from is not None
+    adopt = checkpoint is None and res.start_from is not None
     if adopt:  # this run has no checkpoint of its own yet: continue the donor's
-        checkpoint = Checkpoint(wargs.start_from)
+        checkpoint = Checkpoint(res.start_from)
     cfg = JobConfig.model_validate(wargs.config)
     if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
         _quiet_ray_train_logs()
     host = _host(wargs, fence)
     host.fault.note("entered", at=entered, process_start=process_start_unix())
-    bundle = ray.get(wargs.data_ref) if wargs.data_ref is not None else build_data(cfg)
+    bundle = ray.get(res.data_ref) if res.data_ref is not None else build_data(cfg)
     record = RunRecord(run_name=wargs.run_name, mlflow_run_id=wargs.tracking.run_id if wargs.tracking else None)
-    session = Session(cfg, host, bundle, config=wargs.config, record=record, log_floor=wargs.log_floor)
+    session = Session(cfg, host, bundle, config=wargs.config, record=record, log_floor=res.log_floor)
     if fence is not None:  # a worker cut off while the run restarted without it writes no trace line
         session.data.trace.fence(fence.attempt, fence.may_write)
     if checkpoint is None:
@@ -208,10 +205,11 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None) -> Host:
     spec = args.tracking
     # rank 0's own sender fences itself in the tracking store (tag, per batch); a sweep's relay (one writer per
     # run, on the driver's node) needs no fence
-    if spec is not None and fence is not None and args.tracking_relay is None:
+    res = args.resources
+    if spec is not None and fence is not None and res.tracking_relay is None:
         spec = dataclasses.replace(spec, attempt=fence.attempt)
-    tracker = tracker_for(spec, rank, args.tracking_relay)
-    ledger = _RayLedger(args.ledger, args.ledger_key) if args.ledger is not None and rank == 0 else None
+    tracker = tracker_for(spec, rank, res.tracking_relay)
+    ledger = _RayLedger(res.ledger, res.ledger_key) if res.ledger is not None and rank == 0 else None
     return Host(
         rank, world, device, console, tracker,
         goodput=GoodputReporter(ledger, console.line, args.launched),
