@@ -36,6 +36,31 @@ def gcs_channel(address: str) -> Any:
     return init_grpc_channel(address)
 
 
+# The GCS's cheapest call (an empty request), asked before ``ray.init`` to learn whether the cluster accepts this
+# client's token: ray.init against a token-auth head without one prints ~20 s of C++ ``InvalidAuthToken`` lines and
+# then raises a bare ConnectionError (issue 34 item 1). Ray's clients send the token as gRPC metadata
+# ``authorization: Bearer <token>`` (ray/_private/authentication/authentication_constants.py).
+CLUSTER_ID_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+AUTH_METADATA = "authorization"
+
+
+def gcs_refuses_token(address: str, token: str | None, timeout_s: float) -> bool | None:
+    """Whether the GCS at ``address`` (``host:port``) refuses a client sending ``token`` (None: none) as
+    unauthenticated: True refused, False answered, None no verdict (unreachable, slow, any other error; ray.init
+    then meets it with its own bound)."""
+    import grpc
+
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary(CLUSTER_ID_METHOD, request_serializer=lambda _: b"",
+                                   response_deserializer=lambda raw: raw)
+        try:
+            call(None, timeout=timeout_s,
+                 metadata=((AUTH_METADATA, f"Bearer {token}"),) if token else None)
+            return False
+        except grpc.RpcError as e:
+            return True if e.code() == grpc.StatusCode.UNAUTHENTICATED else None
+
+
 def stdstream_dispatcher() -> Any:
     """Ray's dispatcher of worker output forwarded to the driver (``ray.init(log_to_driver=True)`` registers its
     printer there as ``"ray_print_logs"``, in ``handlers`` under ``_lock``). Ray has no public per-line filter

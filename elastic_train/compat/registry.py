@@ -13,6 +13,8 @@ over :data:`ENTRIES`. Kinds:
 * ``env``: an environment knob; ``target`` is the upstream constant naming it, ``value`` the name we set.
 * ``literal``: an environment variable upstream reads under a literal name (no constant names it): the source
   of ``target``, the function that reads it, must still hold ``"value"``.
+* ``const``: a private constant whose value we rely on (``value``).
+* ``grpc``: a gRPC method we call by its path; ``target`` is the generated module, ``value`` ``package.Service.Method``.
 * ``module``: a private module we import, or whose logger (named by it) we quiet or filter: it must exist.
 * ``ours``: our own process-level trick (a niceness change, a process-wide environment default, an exit
   without interpreter teardown): ``target`` is ``path::text`` and the file must still hold that text, so the
@@ -52,6 +54,17 @@ class Entry:
 NO_PUBLIC = "no public API in Ray Train V2 (only UserCallback is public)"
 
 ENTRIES: tuple[Entry, ...] = (
+    # ---- Ray Core: the GCS's auth check before ray.init (compat/ray_core.py)
+    Entry("ray.core.generated.gcs_service_pb2", "grpc", "launch/reach.py (compat.ray_core.gcs_refuses_token)",
+          "ask the GCS whether it accepts this client's token, before ray.init", "ray.init prints ~20 s of "
+          "InvalidAuthToken lines, then a bare ConnectionError (issue 34 item 1)", RAY,
+          value="ray.rpc.NodeInfoGcsService.GetClusterId"),
+    Entry("ray._private.authentication.authentication_constants:AUTHORIZATION_HEADER_NAME", "const",
+          "compat/ray_core.py (AUTH_METADATA)", "the gRPC metadata key Ray's clients send the token in",
+          "the probe sends the token as Ray does", RAY, value="authorization"),
+    Entry("ray._private.authentication.authentication_constants:AUTHORIZATION_BEARER_PREFIX", "const",
+          "compat/ray_core.py (gcs_refuses_token)", "the token's prefix in that header", "as above", RAY,
+          value="Bearer "),
     # ---- Ray Train: callback bases (compat/ray_train.py)
     Entry(f"{_TRAIN}.callback:ControllerCallback", "attr", "launch/controller.py, tracking/checkpoints.py",
           "controller hooks: niceness, a fresh cluster view on failure, restart markers, the end-of-run flush",
@@ -221,8 +234,12 @@ def problem(e: Entry) -> str | None:
             return None if text in (ROOT / path).read_text() else f"{path} no longer holds {text!r}"
         if e.kind == "module":
             return None if importlib.util.find_spec(e.target) else f"module {e.target} is gone"
+        if e.kind == "grpc":  # ``value``: package.Service.Method in the module's file descriptor
+            service, _, method = e.value.rpartition(".")
+            found = importlib.import_module(e.target).DESCRIPTOR.pool.FindServiceByName(service)
+            return None if found.FindMethodByName(method) is not None else f"{e.value} is gone"
         obj = resolve(e.target)
-        if e.kind == "env":
+        if e.kind in ("env", "const"):
             return None if obj == e.value or getattr(obj, "name", None) == e.value else f"now names {obj!r}"
         if e.kind == "literal":  # an environment variable read under a literal name inside ``target``
             return None if f'"{e.value}"' in inspect.getsource(obj) else f"{e.target} no longer reads {e.value}"

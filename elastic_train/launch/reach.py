@@ -127,6 +127,47 @@ def choose(address: str | None, timeout_s: float, environ: Mapping[str, str] = o
     return RayTarget(target, f"cluster at {target}", source)
 
 
+AUTH_PROBE_S = 5.0  # the GCS answers its cheapest call in milliseconds; an exit 2 must come within seconds
+
+
+def client_token(environ: Mapping[str, str] = os.environ, automatic: bool = False) -> tuple[str | None, str]:
+    """The token ``ray.init`` will send, and where it comes from. Ray sends one when ``RAY_AUTH_MODE=token``
+    (for an explicit address, only then) or, for the head it finds itself (``automatic``), whenever one is
+    available: ``$RAY_AUTH_TOKEN``, else the file ``$RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``."""
+    if environ.get("RAY_AUTH_MODE", "").lower() != "token" and not automatic:
+        return None, "RAY_AUTH_MODE is not token"
+    if environ.get("RAY_AUTH_TOKEN"):
+        return environ["RAY_AUTH_TOKEN"].strip(), "$RAY_AUTH_TOKEN"
+    path = Path(environ.get("RAY_AUTH_TOKEN_PATH") or Path(environ.get("HOME", "~")).expanduser() / ".ray" /
+                "auth_token")
+    try:
+        return path.read_text().strip() or None, str(path)
+    except OSError:
+        return None, f"{path} (none there)"
+
+
+def check_auth(target: RayTarget, environ: Mapping[str, str] = os.environ,
+               timeout_s: float = AUTH_PROBE_S) -> None:
+    """Before ``ray.init``: does the cluster accept the token this client will send (or its lack)? A refusal is
+    a ConfigError naming the address and the fix (exit 2, within seconds): ``ray.init`` would print ~20 s of
+    ``InvalidAuthToken`` lines and end in a bare ConnectionError. No verdict (Ray Client, a slow or odd GCS):
+    ``ray.init`` goes ahead under its own bound."""
+    from elastic_train.compat.ray_core import gcs_refuses_token
+
+    if target.embedded or "://" in target.address:
+        return
+    token, where = client_token(environ, automatic=target.via_file)
+    if not gcs_refuses_token(target.address, token, timeout_s):
+        return
+    name = target.source or "address"
+    if token is None:
+        raise ConfigError(name, target.address, "this Ray cluster has token authentication on and this client sends "
+                          f"no token ({where}): export RAY_AUTH_MODE=token, with the head's token (its "
+                          "~/.ray/auth_token) in $RAY_AUTH_TOKEN or ~/.ray/auth_token")
+    raise ConfigError(name, target.address, f"this Ray cluster refused the token from {where}: use the head's "
+                      "token (its ~/.ray/auth_token)")
+
+
 def _default(timeout_s: float, environ: Mapping[str, str]) -> RayTarget:
     path = cluster_file(environ)
     recorded = _read(path)

@@ -5,10 +5,14 @@ a second node joins and a 2-worker run spreads over both nodes."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -93,6 +97,22 @@ def test_submit_without_the_token_is_refused(ray_head):
         assert ray_head.job(sid) is None, f"{label}: the job was created anyway"
     assert ray_head.api("/api/jobs/", token=None)[0] == 401
     assert ray_head.api("/api/jobs/")[0] == 200  # and the owner still gets in
+
+
+@pytest.mark.parametrize("job", ["jobs.train", "jobs.preflight"])
+def test_a_driver_with_the_wrong_token_exits_2_with_one_line(ray_head, job):
+    """``--address HOST:PORT`` of a token-auth head: with no token (a stranger's HOME, RAY_AUTH_MODE unset) or a
+    wrong one, the driver asks the GCS once before ray.init and exits 2 naming the address and the fix, instead of
+    ~20 s of ``InvalidAuthToken`` lines and a ConnectionError traceback."""
+    stranger, wrong = ray_head.client_env(authorised=False), ray_head.client_env(authorised=False, token="0" * 64)
+    for env, words in [(stranger, "RAY_AUTH_MODE=token"), (wrong, "refused the token from $RAY_AUTH_TOKEN")]:
+        env = {**env, "PYTHONPATH": str(ROOT), "ELASTIC_TRAIN_HOME": str(ray_head.work / "driver-home")}
+        out = subprocess.run([sys.executable, "-m", job, "--config", "configs/digits.yaml", "--address",
+                              ray_head.gcs_address], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        text = out.stdout + out.stderr
+        assert out.returncode == 2, text
+        assert words in text and ray_head.gcs_address in text, text
+        assert "InvalidAuthToken" not in text and "Traceback" not in text, text
 
 
 def test_two_worker_run_spreads_over_two_nodes(ray_head, second_node):

@@ -11,7 +11,7 @@ import pytest
 from elastic_train.compat.registry import ENTRIES, Entry, problem
 from tests.conftest import ROOT
 
-KINDS = {"attr", "override", "member", "env", "literal", "module", "ours"}
+KINDS = {"attr", "override", "member", "env", "literal", "const", "grpc", "module", "ours"}
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.kind}:{e.target}:{e.value or ''}")
@@ -26,6 +26,8 @@ def test_a_renamed_override_or_knob_fails_the_canary():
     assert "AttributeError" in problem(renamed)
     knob = next(e for e in ENTRIES if e.kind == "env" and e.value == "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S")
     assert problem(Entry(**{**vars(knob), "value": "RAY_TRAIN_HEALTH_CHECK_S"})).startswith("now names")
+    rpc = next(e for e in ENTRIES if e.kind == "grpc")
+    assert problem(Entry(**{**vars(rpc), "value": "ray.rpc.NodeInfoGcsService.GetClusterIdV2"})) is not None
     literal = next(e for e in ENTRIES if e.kind == "literal")
     assert "no longer reads" in problem(Entry(**{**vars(literal), "value": "RAY_AIR_OUTPUT"}))
     moved = Entry(**{**vars(real), "params": ("self", "kwargs")})

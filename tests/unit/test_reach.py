@@ -181,3 +181,27 @@ def test_a_stale_head_file_still_starts_the_embedded_default(closed_port, tmp_pa
         assert str(short / "ray" / "ray_current_cluster") in out.stderr
     finally:
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_the_client_token_is_read_as_ray_reads_it(tmp_path):
+    from elastic_train.launch.reach import client_token
+
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("from-file\n")
+    assert client_token({"HOME": str(home)})[0] is None  # an explicit address: only with RAY_AUTH_MODE=token
+    assert client_token({"HOME": str(home)}, automatic=True) == ("from-file", str(home / ".ray" / "auth_token"))
+    env = {"HOME": str(home), "RAY_AUTH_MODE": "token"}
+    assert client_token(env)[0] == "from-file"
+    assert client_token({**env, "RAY_AUTH_TOKEN": "from-env"}) == ("from-env", "$RAY_AUTH_TOKEN")
+    other = tmp_path / "other"
+    other.write_text("from-path")
+    assert client_token({**env, "RAY_AUTH_TOKEN_PATH": str(other)})[0] == "from-path"
+    assert client_token({"HOME": str(tmp_path / "nobody"), "RAY_AUTH_MODE": "token"})[0] is None
+
+
+def test_a_gcs_that_speaks_no_grpc_gives_no_verdict(listener):
+    """Something listens but is no GCS: the probe says nothing (ray.init then meets it under its own bound)."""
+    from elastic_train.compat.ray_core import gcs_refuses_token
+
+    assert gcs_refuses_token(f"127.0.0.1:{listener}", None, 1.0) is None
