@@ -9,6 +9,8 @@ from __future__ import annotations
 import pickle
 import threading
 
+import pytest
+
 from tracking.base import TrackingSpec
 from tracking.checkpoints import MlflowCheckpointCallback
 
@@ -17,6 +19,7 @@ def _threads() -> set[str]:
     return {t.name for t in threading.enumerate() if t.is_alive()}
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not the one-minute make test-fast
 def test_unpickling_starts_nothing_and_the_training_start_does(tmp_path):
     spec = TrackingSpec(uri=f"sqlite:///{tmp_path / 'mlflow.db'}", run_id="0" * 32, experiment_id="0",
                         spool_path=str(tmp_path / "unsent.jsonl"))

@@ -88,6 +88,7 @@ def run_steps(cfg, steps: int, warmup: int = 0) -> tuple[list[float], float]:
 # ------------------------------------------------------------------------------------------- model
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not the one-minute make test-fast
 def test_gpt_shapes_causality_and_tied_head():
     model = build_gpt(cfg_for().model, DataSpec("language_model", (16,), 32, 16)).eval()
     x = torch.randint(0, 32, (3, 16))
@@ -202,12 +203,14 @@ def test_text_bad_input_names_the_field(tmp_path, make, overrides, field, fragme
 # ------------------------------------------------------------------------------------------- training
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not the one-minute make test-fast
 def test_loss_falls_on_synthetic_tokens():
     losses = train_losses(cfg_for(), 200)
     assert losses[0] > 3.0  # ~ln(32) at the start
     assert sum(losses[-5:]) / 5 < 0.4 * losses[0]  # measured: 3.48 -> 0.75
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not the one-minute make test-fast
 def test_loss_falls_on_text(tmp_path):
     f = write_text(tmp_path / "t.txt", 8000)
     losses = train_losses(cfg_for("data.name=text", f"data.path={f}", "model.vocab_size=256"), 100)

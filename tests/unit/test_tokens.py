@@ -260,6 +260,7 @@ def test_step_and_token_budgets_stop_exactly_and_the_cosine_ends_at_min_lr_ratio
 # ------------------------------------------------------------------------------------------- generation
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not the one-minute make test-fast
 def test_a_tiny_gpt_trained_on_a_repetitive_corpus_generates_it_back():
     """Greedy sampling continues the memorised pattern; an untrained model (same seed) does not."""
     from elastic_train.data.prepare import ByteTokenizer

@@ -119,6 +119,7 @@ def _writer(spec: TrackingSpec, who: str, n: int, go) -> None:
         t.log_params({f"{who}.p{i}": i})
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not the one-minute make test-fast
 def test_two_processes_writing_the_same_run_lose_nothing(backend: JsonlBackend) -> None:
     spec, _ = start(backend)
     ctx, n = multiprocessing.get_context("spawn"), 150
