@@ -120,6 +120,15 @@ class GoodputBook:
         self.totals.eval_s += eval_s
         self.last_step, self.last_time = global_step, now
 
+    def checkpointed(self, now: float, global_step: int, block_s: float, eval_s: float, finalize_s: float) -> None:
+        """A checkpoint that blocked training ``block_s``: its validation (``eval_s``) is validation, the run's
+        final summary inside it (``finalize_s``: tracking flush, final hashes) is teardown, the rest is the
+        checkpoint's cost."""
+        self.finalize_s += finalize_s
+        saving = max(0.0, block_s - finalize_s - eval_s)
+        self.heartbeat(now, global_step, 0.0, saving, eval_s)
+        self.totals.checkpoints += 1
+
 
 WALL_PARTS = ("startup_s", "productive_s", "checkpoint_s", "eval_s", "restart_lost_s", "teardown_s", "other_s")
 

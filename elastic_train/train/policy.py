@@ -23,7 +23,8 @@ PREEMPTION_CHECK_S = 2.0
 
 
 class CheckpointPolicy:
-    """Sync points and checkpoint reasons for one attempt; its clocks start when it is built (with the loop)."""
+    """Sync points and checkpoint reasons for one attempt; its clocks (re)start with the loop
+    (:meth:`start_clocks`)."""
 
     def __init__(self, cfg: JobConfig, preemption_info: Callable[[], Any], say: Callable[[str], None],
                  budget: Budget | None = None):
@@ -38,6 +39,10 @@ class CheckpointPolicy:
         self.every_seconds: float | None = cfg.checkpoint.every_seconds
 
         self.proposed = 0  # rank 0's new auto interval, applied on every rank at the next sync point
+
+    def start_clocks(self) -> None:
+        """The loop starts: time-based checkpoints and preemption checks count from now."""
+        self.last_checkpoint = self.last_preemption_check = time.monotonic()
 
     def propose(self, every_steps: int) -> None:
         """Rank 0's ``every_steps=auto`` choice: it travels in the next sync point's flags, and every rank

@@ -1,11 +1,12 @@
 """One worker's life between (re)start and finish: build, restore, announce, the step loop, checkpoints.
 
 Read top-down. :class:`Session` builds this rank's data and the model through the strategy, with the
-TrainState around them; :meth:`~Session.restore` loads the checkpoint (or seeds a fresh start);
-:meth:`~Session.begin_attempt` charges the goodput book for the (re)start; :meth:`~Session.run` is the loop.
-At sync points every rank all-reduces its metrics window with rank 0's flags and the checkpoint policy
-decides whether to save. Written for restarts (DESIGN invariants 1-4): the BatchPlan comes from the *current*
-world size, the data position from the restored progress.
+TrainState around them; :meth:`~Session.start` restores the checkpoint (or seeds a fresh start, or continues a
+PBT donor's) and announces the (re)start; :meth:`~Session.run` is the loop: a step, a sync point where every rank
+all-reduces rank 0's flags (with the metrics window, logged, at a log point), a checkpoint when the policy has a
+reason. Goodput, test faults and restart markers are :class:`~elastic_train.train.hooks.LoopHooks` called at
+named moments; the loop does not know what they do. Written for restarts (DESIGN invariants 1-4): the BatchPlan
+comes from the *current* world size, the data position from the restored progress.
 
 No Ray and no MLflow here: worker.py hands in the rank, the device, Ray Train's report and preemption calls
 and the ledger as a :class:`Host` of plain values and callables.
@@ -33,6 +34,7 @@ from elastic_train.train.console import Console
 from elastic_train.train.evaluator import eval_batch_size, validate
 from elastic_train.train.faults import FaultHook
 from elastic_train.train.goodput import GoodputReporter
+from elastic_train.train.hooks import LoopHooks
 from elastic_train.train.loop import Batch, loss_function, make_optimizer, make_scheduler, train_step
 from elastic_train.train.policy import CheckpointPolicy
 from elastic_train.train.state import (
@@ -78,15 +80,15 @@ class Session:
         self.config = config  # as the driver sent it: it goes into every checkpoint's meta.json
         self.log_floor = log_floor  # metrics at steps <= this were logged by an earlier driver
         self.rank, self.world, self.device = host.rank, host.world, host.device
-        self.console, self.tracker, self.goodput = host.console, host.tracker, host.goodput
+        self.console, self.tracker = host.console, host.tracker
+        self.hooks = LoopHooks(host.goodput, host.fault, host.device)
         self.strategy = make_strategy(cfg.scaling.strategy)
         self.throughput = metric_math.Throughput()
-        self.restored = False
-        self._eval_s = 0.0
-        self._finalize_s = 0.0
         self.interval_choice: interval.Choice | None = None  # checkpoint.every_steps=auto, rank 0's last
         self._build(record)
-        host.fault.note("built")
+        self.window = metric_math.Window(self.device)  # the steps since the last log point
+        self.policy = CheckpointPolicy(cfg, host.preemption_info, self.console.line, self.budget)
+        self.hooks.built()
 
     def _build(self, record: RunRecord) -> None:
         cfg = self.cfg
@@ -106,25 +108,35 @@ class Session:
         self.state = TrainState(self.model, optimizer, scheduler, self.precision, self.strategy, record=record)
         self.flops_per_sample = metric_math.flops_per_sample(self.model, self.bundle.spec, cfg)
 
-    def restore(self, directory: str | None) -> None:
-        """Resume from the checkpoint in ``directory``; None: a fresh start, seeded per rank."""
+    def start(self, directory: str | None, checkpoint_name: str | None = None,
+              adopt_as: RunRecord | None = None) -> None:
+        """Resume from the checkpoint in ``directory`` (``checkpoint_name``: its name, for the console), or start
+        afresh (None), or, with ``adopt_as``, continue another run's checkpoint as this run (a PBT clone: its
+        accounting starts afresh at the donor's position); then announce the attempt."""
+        resumed = self._restore(directory)
+        if adopt_as is not None:
+            self._adopt(adopt_as)
+            resumed = False
+        self._begin_attempt(checkpoint_name if resumed else None, resumed)
+
+    def _restore(self, directory: str | None) -> bool:
+        """Load the checkpoint in ``directory`` (True); None: a fresh start, seeded per rank (False)."""
         if directory is None:
             seed_everything(self.cfg.seed * 1000 + self.rank)
             t = self.cfg.train
             self.state.record.schedule = [schedule_entry(0, t.lr, t.global_batch_size, self.state.record.run_name)]
-            return
+            return False
         same_rng = self.state.load(directory, self.rank, map_location=self.device)
         self.data.restore(self.state.data_position)  # a streamed source: the ids this epoch already consumed
         if not same_rng:  # a new world size: derive this rank's RNG from the position, deterministically
             seed_everything(self.cfg.seed * 1000 + self.rank + 7919 * self.state.progress.global_step)
-        self.restored = True
-        self.host.fault.note("restored", step=self.state.progress.global_step)
+        self.hooks.restored(self.state.progress.global_step)
+        return True
 
-    def adopt(self, record: RunRecord) -> dict[str, Any]:
-        """After :meth:`restore` from another run's checkpoint (a PBT clone): continue its state as this run, with
-        this run's learning rate; this run's accounting starts afresh at the donor's position."""
+    def _adopt(self, record: RunRecord) -> dict[str, Any]:
+        """After :meth:`_restore` from another run's checkpoint (a PBT clone): continue its state as this run,
+        with this run's learning rate."""
         origin = self.state.adopt(self.cfg.train.lr, record, self.cfg.train.global_batch_size)
-        self.restored = False
         t = self.cfg.train
         self.console.line(f"cloned from {origin['run_name']} at step {origin['global_step']} (epoch "
                           f"{origin['epoch']}): lr {t.lr:.4g}, global batch {t.global_batch_size}")
@@ -133,19 +145,19 @@ class Session:
                                "pbt.cloned_at_epoch": origin["epoch"]})
         return origin
 
-    def begin_attempt(self, checkpoint_name: str | None) -> None:
+    def _begin_attempt(self, checkpoint_name: str | None, resumed: bool) -> None:
         """Charge the goodput book for this (re)start and announce it: console lines, tags, metrics."""
         p, rec = self.state.progress, self.state.record
-        event = self.goodput.begin_attempt(
+        event = self.hooks.attempt_begun(
             self.world,
-            p.global_step if self.restored else None,
-            rec.goodput if self.restored else None,
+            p.global_step if resumed else None,
+            rec.goodput if resumed else None,
             rec.world_sizes,
         )
-        book = self.goodput.book
+        book = self.hooks.book
         # Step metrics are logged only after the last step MLflow holds (recomputed steps once, lost ones again).
         self.tracker.skip_logged_steps(max(self.log_floor, book.logged_step))
-        if self.restored:  # what the last attempt logged up to its checkpoint, in case its sender never sent it
+        if resumed:  # what the last attempt logged up to its checkpoint, in case its sender never sent it
             for step, metrics in self.state.record.recent_metrics:
                 self.tracker.log_metrics(metrics, step=step, unless_logged=True)
         where = self.device.type if self.device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads each"
@@ -169,14 +181,14 @@ class Session:
             {"world_size": self.world, "restarts": book.totals.restarts, "accum_steps": self.plan.accum_steps},
             step=p.global_step,
         )
-        self.goodput.push(force=True)
+        self.hooks.announced()
 
     # ------------------------------------------------------------------------------ the loop
     def run(self) -> None:
         cfg, p, steps_per_epoch = self.cfg, self.state.progress, self.data.steps_per_epoch
-        self.goodput.book.loop_started(time.time())  # startup (or a restart) ends: steps count from here
-        self.window = metric_math.Window(self.device)
-        self.policy = CheckpointPolicy(cfg, self.host.preemption_info, self.console.line, self.budget)  # clocks start
+        self.hooks.loop_started()
+        self.window.reset()
+        self.policy.start_clocks()
         self._retune()  # a restart or a resumed job decides from what the run has learned
         first = True
         while not self.budget.done(p):
@@ -192,12 +204,8 @@ class Session:
                 )
                 p.advance(cfg.train.global_batch_size, steps_per_epoch)
                 self.window.add(result)
-                if first:
-                    first = False
-                    self._first_step()
-                self.goodput.book.stepped(p.global_step)
-                self.goodput.push()  # at most every 0.25 s: the ledger knows the last step when a worker dies
-                self.host.fault.maybe_fire(p.global_step)
+                self.hooks.stepped(p.global_step, first)
+                first = False
                 if sync:
                     self._maybe_checkpoint(self._sync(log), epoch_end=p.step_in_epoch == 0, logged=log)
                 if self.budget.done(p):  # a step/token budget ends mid-epoch (its last step was a sync point)
@@ -214,12 +222,6 @@ class Session:
             if item is None:
                 return
             yield item[1]
-
-    def _first_step(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        self.goodput.book.first_step_done(time.time())
-        self.host.fault.note("first_step", step=self.state.progress.global_step)
 
     def _sync(self, log: bool) -> dict[str, Any]:
         """A sync point: rank 0's flags on every rank, with the metrics window (logged) at a log point."""
@@ -245,9 +247,8 @@ class Session:
             int(totals["steps"]),
             f"{self.budget.label(p)} loss {stats['train_loss']:.4f} {metric_math.speed_text(stats)}",
         )
-        self.goodput.book.heartbeat(time.time(), p.global_step, wall, 0.0)
         self.throughput.add(totals["samples"], wall, warm=self.window.warm, data_wait_s=self.window.data_wait_s)
-        self.goodput.push()
+        self.hooks.window_logged(p.global_step, wall)
         self.window.reset(since=ended)  # this logging is charged to the next window: the rates stay honest
         self.policy.synced(flags)
         return flags
@@ -261,10 +262,16 @@ class Session:
 
     # ------------------------------------------------------------------------------ checkpoints
     def checkpoint(self, reason: str) -> dict[str, Any]:
-        """Evaluate, save every rank's part, and report (the upload is asynchronous)."""
+        """Validate and log, save every rank's part, and report (the upload is asynchronous). A ``final``
+        checkpoint also closes tracking and carries the run's summary."""
         t0 = time.perf_counter()
-        p, book = self.state.progress, self.goodput.book
-        metrics = self._checkpoint_metrics(reason)
+        p, book = self.state.progress, self.hooks.book
+        metrics, eval_s = self._validate_and_log(reason)
+        finalize_s = 0.0
+        if reason == "final":
+            t1 = time.perf_counter()
+            metrics.update(self._close_tracking_and_summarise())
+            finalize_s = time.perf_counter() - t1  # goodput: teardown (tracking flush, final hashes)
         self.state.record.goodput = book.totals
         self.state.record.world_sizes = list(book.world_sizes)
         self.state.data_position = self.data.position(p.epoch, p.step_in_epoch)  # a collective when streamed
@@ -277,14 +284,11 @@ class Session:
                                                     "batch_plan": self.plan.describe(), "reason": reason,
                                                     "ray_train_run_id": self.host.ray_train_run_id,
                                                     "attempt": self.host.attempt})
-        self.host.fault.maybe_fire_save(p.global_step)  # test-only: die with the part written, nothing reported
+        self.hooks.checkpoint_written(p.global_step)
         self.host.report(metrics, directory, checkpoint_dir_name(p))
-        blocked = time.perf_counter() - t0 - self._finalize_s  # the final flush is teardown, not a checkpoint
-        book.finalize_s += self._finalize_s
-        book.heartbeat(time.time(), p.global_step, 0.0, max(0.0, blocked - self._eval_s), self._eval_s)
-        book.totals.checkpoints += 1
+        self.hooks.checkpointed(p.global_step, time.perf_counter() - t0, eval_s, finalize_s)
         self._retune()
-        self.goodput.push(force=True)
+        self.hooks.flush()
         self.policy.checkpointed()
         self.window.reset()
         return metrics
@@ -295,7 +299,7 @@ class Session:
         c = self.cfg.checkpoint
         if c.every_steps != "auto" or self.rank != 0:
             return
-        t, step = self.goodput.book.totals, self.state.progress.global_step
+        t, step = self.hooks.book.totals, self.state.progress.global_step
         choice = interval.choose_from_totals(t, step, self.cfg.failure.mtbf_s, self.world, c.min_every_steps)
         if choice is None:
             return
@@ -309,42 +313,36 @@ class Session:
                                       "checkpoint_auto_cost_s": choice.checkpoint_cost_s,
                                       "checkpoint_auto_mtbf_s": choice.mtbf_s}, step=step)
 
-    def _checkpoint_metrics(self, reason: str) -> dict[str, Any]:
-        """Validation, progress and train metrics, logged and printed; the run's summary too when final."""
-        p, book = self.state.progress, self.goodput.book
-        metrics = self._evaluate()
+    def _validate_and_log(self, reason: str) -> tuple[dict[str, Any], float]:
+        """Validation, progress and train metrics, logged (with the goodput totals) and printed in one line;
+        with the seconds validation took."""
+        p, book = self.state.progress, self.hooks.book
+        t0 = time.perf_counter()
+        batch = eval_batch_size(self.bundle.spec, self.plan.micro_batch_size)
+        batches = self.data.val_batches(batch, equal_counts=self.strategy.equal_eval_batches)
+        metrics, _ = validate(self.model, batches, self.precision, self.device, self.world, self.bundle.spec)
+        eval_s = time.perf_counter() - t0
         metrics.update({"epoch": p.epoch, "global_step": p.global_step, "samples_seen": p.samples_seen,
                         "world_size": self.world, "restarts": book.totals.restarts, "reason": reason})
         metrics.update(self.state.epoch_metrics(self.bundle.spec.tokens_per_sample))
         goodput = {f"goodput_{k}": v for k, v in book.totals.summary().items()}
-        final = reason == "final"
-        self._log({**{k: v for k, v in metrics.items() if k.startswith("val_")}, **goodput}, p.global_step, final)
+        self._log({**{k: v for k, v in metrics.items() if k.startswith("val_")}, **goodput}, p.global_step,
+                  always=reason == "final")
         self.console.close()
         self.console.line(
             f"{self.budget.label(p)}: "
             + " ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith(("val_", "train_loss")))
             + f" [checkpoint: {reason}]"
         )
-        self._finalize_s = 0.0
-        if final:
-            t0 = time.perf_counter()
-            metrics.update(self._final_metrics())
-            self._finalize_s = time.perf_counter() - t0  # goodput: teardown (tracking flush, final hashes)
-        return metrics
+        return metrics, eval_s
 
-    def _evaluate(self) -> dict[str, float]:
-        t0 = time.perf_counter()
-        batch = eval_batch_size(self.bundle.spec, self.plan.micro_batch_size)
-        batches = self.data.val_batches(batch, equal_counts=self.strategy.equal_eval_batches)
-        metrics, _ = validate(self.model, batches, self.precision, self.device, self.world, self.bundle.spec)
-        self._eval_s = time.perf_counter() - t0  # goodput: validation's share of the checkpoint's block
-        return metrics
-
-    def _final_metrics(self) -> dict[str, Any]:
+    def _close_tracking_and_summarise(self) -> dict[str, Any]:
+        """The final checkpoint: flush and close tracking (a no-op tracker from here on) and return the run's
+        summary (final hashes, speed, goodput, world sizes, what tracking could not send)."""
         sd = self.state.model_state_dict()  # collective for sharded models: every rank calls it
         unsent = self.tracker.close(timeout_s=60)
         self.tracker = NullTracker()
-        book = self.goodput.book
+        book = self.hooks.book
         return {
             "params_sha256": params_sha256(sd) if self.rank == 0 else "",
             "samples_per_second": self.throughput.rate(),
@@ -363,13 +361,13 @@ class Session:
 
     def _log(self, metrics: dict[str, Any], step: int, always: bool = False) -> None:
         """Log step metrics; unless ``always``, the tracker skips steps the run already holds. Step metrics are
-        also kept in the run record (the checkpoint carries the last ones: :meth:`begin_attempt` logs them again)."""
+        also kept in the run record (the checkpoint carries the last ones: :meth:`_begin_attempt` logs them again)."""
         self.tracker.log_metrics(metrics, step=step, unless_logged=not always)
         if not always and self.rank == 0:
             recent = self.state.record.recent_metrics
             recent.append([step, {k: v for k, v in metrics.items() if isinstance(v, (int, float))}])
             del recent[:-RECENT_METRICS]
-        self.goodput.book.logged_step = max(self.goodput.book.logged_step, step)
+        self.hooks.metrics_logged(step)
 
     def close(self) -> None:
         self.console.close()

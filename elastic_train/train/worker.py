@@ -77,17 +77,15 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
     session = Session(cfg, host, bundle, config=wargs.config, record=record, log_floor=res.log_floor)
     if fence is not None:  # a worker cut off while the run restarted without it writes no trace line
         session.data.trace.fence(fence.attempt, fence.may_write)
-    if checkpoint is None:
-        session.restore(None)
-    else:
-        with checkpoint.as_directory() as d:
-            session.restore(d)
-        if adopt:
-            session.adopt(RunRecord(run_name=wargs.run_name, mlflow_run_id=record.mlflow_run_id))
     if unregistered and host.rank == 0:
         host.console.line(f"{unregistered} is complete on storage but Ray Train had not registered it (a worker "
                           "group failed before the controller collected every rank's report): resuming from it")
-    session.begin_attempt(Path(checkpoint.path).name if checkpoint and not adopt else None)
+    if checkpoint is None:
+        session.start(None)
+    else:
+        with checkpoint.as_directory() as d:
+            session.start(d, Path(checkpoint.path).name, adopt_as=RunRecord(
+                run_name=wargs.run_name, mlflow_run_id=record.mlflow_run_id) if adopt else None)
     try:
         session.run()
         host.fault.note("trained")

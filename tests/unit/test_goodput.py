@@ -55,8 +55,9 @@ def test_the_final_checkpoints_tracking_flush_is_teardown_not_checkpoint_time():
     book.begin_attempt(T0 + 20.0, 2, None, None, [])
     book.loop_started(T0 + 25.0)
     t = _train(book, T0 + 25.0, range(1, 11))
-    book.finalize_s += 1.0  # the run summary inside the final checkpoint (session.py: MLflow flush, hashes)
-    book.heartbeat(t + 2.5, 10, 0.0, 0.5, 1.0)  # 1 s validation, 0.5 s save + report, 1 s summary
+    # the final checkpoint blocked 2.5 s: 1 s validation, 1 s run summary (MLflow flush, hashes), 0.5 s save
+    book.checkpointed(t + 2.5, 10, block_s=2.5, eval_s=1.0, finalize_s=1.0)
+    assert (book.totals.checkpoints, book.totals.checkpoint_s, book.finalize_s) == (1, pytest.approx(0.5), 1.0)
     parts = wall_parts(T0, T0 + 44.5, book.to_dict(), fit_ended=T0 + 40.0)
     _assert_honest(parts, 44.5)
     assert parts["checkpoint_s"] == pytest.approx(0.5)
