@@ -102,7 +102,7 @@ def test_a_resize_mid_epoch_serves_every_window_once_and_matches_two_workers(cle
         assert abs(a - b) / abs(b) < 1e-4, (key, a, b)
 
 
-def test_generate_reads_the_tokenizer_the_checkpoint_carries_and_the_run_holds_tokenizer_and_samples(clean):
+def test_generate_reads_the_tokenizer_the_checkpoint_carries_and_the_run_holds_tokenizer_and_samples(clean, capsys):
     from mlflow.tracking import MlflowClient
 
     tmp, index, two = clean
@@ -132,3 +132,5 @@ def test_generate_reads_the_tokenizer_the_checkpoint_carries_and_the_run_holds_t
     finally:
         (tmp / "shards-away").rename(tmp / "shards")
     assert json.loads((tmp / "gen-model.json").read_text())["samples"][0] == sample
+    # reading the model and its tokenizer back shows no MLflow "Downloading artifacts: 100%|...|" bars (issue 34)
+    assert "Downloading artifacts" not in capsys.readouterr().err
