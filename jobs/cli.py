@@ -49,10 +49,7 @@ def summary(module: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # the program itself: a job's wall counts from the process start
-        from elastic_train.launch import timeline
-
-        timeline.PROGRAM = True
+    program = argv is None  # the program itself: a job's wall counts from the process start
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
         print(usage(), file=sys.stderr)
@@ -66,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_BAD_INPUT
     job = importlib.import_module(COMMANDS[name]).main
-    if "prog" in inspect.signature(job).parameters:
-        return job(rest, prog=f"{PROG} {name}")
-    return job(rest)
+    params = inspect.signature(job).parameters
+    kwargs: dict[str, object] = {"prog": f"{PROG} {name}"} if "prog" in params else {}
+    if "program" in params:  # the job is this process's program, though handed its arguments
+        kwargs["program"] = program
+    return job(rest, **kwargs)
 
 
 if __name__ == "__main__":

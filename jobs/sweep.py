@@ -38,11 +38,11 @@ def build_parser(prog: str = "python -m jobs.sweep") -> ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.sweep") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.sweep", program: bool | None = None) -> int:
     from elastic_train.launch import timeline
 
     # as jobs.train: the wall counts from the process start when the sweep is the program, else from this call
-    program = argv is None or timeline.is_program()
+    program = argv is None if program is None else program
     launched = timeline.begin(from_process_start=program).launched
     args = build_parser(prog).parse_args(argv)
     code = guarded(lambda: _sweep(args, launched))

@@ -34,12 +34,12 @@ def build_parser(prog: str = "python -m jobs.train") -> ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.train") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.train", program: bool | None = None) -> int:
     from elastic_train.launch import timeline
 
-    # the job is the program when it reads the command line (here or in jobs.cli): its wall counts from the
+    # the job is the program when it reads the command line (here, or jobs.cli says so): its wall counts from the
     # process start, imports included; called in-process with arguments, from this call
-    program = argv is None or timeline.is_program()
+    program = argv is None if program is None else program
     launched = timeline.begin(from_process_start=program).launched
     args = build_parser(prog).parse_args(argv)
     code = guarded(lambda: _train(args, launched))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from elastic_train.train.process_info import process_start_unix
 
-__all__ = ["Timeline", "begin", "current", "is_program", "mark", "process_start_unix"]
+__all__ = ["Timeline", "begin", "current", "mark", "process_start_unix"]
 
 
 @dataclass
@@ -56,11 +56,6 @@ class Timeline:
 
 
 _current: Timeline | None = None
-PROGRAM = False  # set by a command-line entry point (jobs.cli) that dispatches with an explicit argv
-
-
-def is_program() -> bool:
-    return PROGRAM
 
 
 def begin(from_process_start: bool) -> Timeline:

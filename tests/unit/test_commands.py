@@ -128,3 +128,18 @@ def test_real_processes_name_themselves():
 
     assert helps("jobs.cli", "sweep").startswith("usage: elastic-train sweep ")
     assert helps("jobs.train").startswith("usage: python -m jobs.train ")
+
+
+@pytest.mark.parametrize("job", ["train", "sweep"])
+def test_the_console_script_tells_a_job_it_is_the_program(monkeypatch, job):
+    """``elastic-train train ...`` is the process's program (its wall counts from the process start, it exits
+    without the interpreter's teardown); ``cli.main([...])`` called in-process is not. Told as an argument,
+    not through a module global."""
+    import importlib
+
+    seen: dict[str, object] = {}
+    module = importlib.import_module(f"jobs.{job}")
+    monkeypatch.setattr(module, "main", lambda argv, prog, program=None: seen.update(program=program) or 0)
+    monkeypatch.setattr("sys.argv", ["elastic-train", job, "--help"])
+    assert cli.main() == 0 and seen["program"] is True
+    assert cli.main([job, "--help"]) == 0 and seen["program"] is False
