@@ -33,7 +33,10 @@ class GoodputBook:
     attempts: int = 0
     last_step: int = 0  # global step at the last heartbeat
     last_time: float = 0.0  # wall time (unix) of the last heartbeat
-    logged_step: int = -1  # highest step whose metrics were sent to tracking
+    # Not accounting: the tracker's fallback dedupe floor (the highest step whose metrics were handed to tracking),
+    # kept here because the book is what outlives a worker group (the ledger); a restarted group's tracker
+    # uses it only when the tracking store cannot say what it holds (tracking/base.py skip_logged_steps)
+    tracking_floor: int = -1
     first_step_unix: float | None = None
     pending_failure_since: float | None = None  # set at a restart until its training loop starts
     attempt_started: float = 0.0

@@ -72,7 +72,7 @@ class LoopHooks:
 
     def metrics_logged(self, global_step: int) -> None:
         """Tracking holds this step's metrics: a restarted group logs only after it."""
-        self.book.logged_step = max(self.book.logged_step, global_step)
+        self.book.tracking_floor = max(self.book.tracking_floor, global_step)
 
     # ------------------------------------------------------------------------------ checkpoints
     def checkpoint_written(self, global_step: int) -> None:

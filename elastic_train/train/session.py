@@ -156,7 +156,7 @@ class Session:
         )
         book = self.hooks.book
         # Step metrics are logged only after the last step MLflow holds (recomputed steps once, lost ones again).
-        self.tracker.skip_logged_steps(max(self.log_floor, book.logged_step))
+        self.tracker.skip_logged_steps(max(self.log_floor, book.tracking_floor))
         if resumed:  # what the last attempt logged up to its checkpoint, in case its sender never sent it
             for step, metrics in self.state.record.recent_metrics:
                 self.tracker.log_metrics(metrics, step=step, unless_logged=True)

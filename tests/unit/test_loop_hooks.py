@@ -39,7 +39,7 @@ def test_the_moments_of_one_attempt_add_up_in_the_book_and_reach_the_ledger(tmp_
     hooks.checkpointed(3, block_s=0.75, eval_s=0.25, finalize_s=0.0)
     hooks.flush()
     book = ledger.books[-1]
-    assert book["last_step"] == 3 and book["logged_step"] == 3 and book["first_step_unix"] is not None
+    assert book["last_step"] == 3 and book["tracking_floor"] == 3 and book["first_step_unix"] is not None
     assert book["totals"]["productive_s"] == pytest.approx(1.5)
     assert book["totals"]["checkpoint_s"] == pytest.approx(0.5) and book["totals"]["eval_s"] == pytest.approx(0.25)
     assert book["totals"]["checkpoints"] == 1
