@@ -68,3 +68,19 @@ def stdstream_dispatcher() -> Any:
     from ray._private.ray_logging import global_worker_stdstream_dispatcher
 
     return global_worker_stdstream_dispatcher
+
+
+def wrap_raylet_message_printer(wrap: Any) -> bool:
+    """Replace Ray's driver-side printer of what raylets push to every driver with ``wrap(printer)``; True when
+    it is wrapped. Ray's ``listen_error_messages`` thread calls the module-level ``print_to_stdstream`` by name
+    (``pid="raylet"``), not through the stdstream dispatcher, so the forwarded-line filter never sees those lines.
+    Idempotent; the wrapper gets ``(data, ignore_prefix)`` as Ray's function does."""
+    import ray._private.worker as ray_worker
+
+    current = ray_worker.print_to_stdstream
+    if getattr(current, "elastic_train_wrapped", False):
+        return True
+    wrapped = wrap(current)
+    wrapped.elastic_train_wrapped = True
+    ray_worker.print_to_stdstream = wrapped
+    return True

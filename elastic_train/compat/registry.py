@@ -13,6 +13,8 @@ over :data:`ENTRIES`. Kinds:
 * ``env``: an environment knob; ``target`` is the upstream constant naming it, ``value`` the name we set.
 * ``literal``: an environment variable upstream reads under a literal name (no constant names it): the source
   of ``target``, the function that reads it, must still hold ``"value"``.
+* ``calls``: a private function whose source must still call ``value`` by its module-level name (we replace
+  that name, so a call through anything else would bypass ours).
 * ``const``: a private constant whose value we rely on (``value``).
 * ``grpc``: a gRPC method we call by its path; ``target`` is the generated module, ``value`` ``package.Service.Method``.
 * ``module``: a private module we import, or whose logger (named by it) we quiet or filter: it must exist.
@@ -146,6 +148,12 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("ray._private.ray_logging:global_worker_stdstream_dispatcher", "attr", "launch/quiet.py",
           "drop known-benign forwarded lines (ray-project/ray#53727 and others: launch/quiet.py)",
           "no public per-line filter (RAY_DEDUP_LOGS_SKIP_REGEX is off with RAY_DEDUP_LOGS=0)", RAY),
+    Entry("ray._private.worker:print_to_stdstream", "attr", "launch/quiet.py (compat.ray_core)",
+          "drop the raylet's startup-concurrency WARNING that every driver prints (issue 34 item 13)",
+          "the raylet pushes it to every driver; no setting turns it off", RAY, params=("data", "ignore_prefix")),
+    Entry("ray._private.worker:listen_error_messages", "calls", "compat/ray_core.py",
+          "the thread that prints raylet messages calls print_to_stdstream by its module-level name",
+          "a call through anything else would bypass the wrapper", RAY, value="print_to_stdstream"),
     Entry("ray._private.ray_logging:WorkerStandardStreamDispatcher", "member", "launch/quiet.py",
           "the handler list we wrap", "as above", RAY, value="handlers"),
     Entry("ray._private.ray_logging:WorkerStandardStreamDispatcher", "member", "launch/quiet.py",
@@ -241,6 +249,8 @@ def problem(e: Entry) -> str | None:
         obj = resolve(e.target)
         if e.kind in ("env", "const"):
             return None if obj == e.value or getattr(obj, "name", None) == e.value else f"now names {obj!r}"
+        if e.kind == "calls":  # a function that must still call ``value`` by its module-level name
+            return None if f"{e.value}(" in inspect.getsource(obj) else f"{e.target} no longer calls {e.value}"
         if e.kind == "literal":  # an environment variable read under a literal name inside ``target``
             return None if f'"{e.value}"' in inspect.getsource(obj) else f"{e.target} no longer reads {e.value}"
         if e.kind == "member":

@@ -27,6 +27,11 @@ Two lines a healthy run would otherwise show:
   (``Exception in thread PlacementGroupCleanerMonitor:`` ... ``ConnectionError: Found multiple active Ray
   instances``): it queries the state API without an address. The controller stops it when the run ends; a
   sweep's reaper (:mod:`elastic_train.sweep.placement_groups`) removes what a stopped trial left.
+* The raylet's ``WARNING: N PYTHON worker processes have been started on node: ... which is Nx the maximum
+  expected startup concurrency``, which every raylet pushes to every driver of the cluster when many processes
+  start at once on a small node (a streamed run's Ray Data tasks, a restarting worker group): nothing for the
+  run to act on, and the raylet's log keeps it. Ray's driver prints those pushes itself, not through the
+  dispatcher, so :func:`filter_forwarded_lines` wraps that printer too (compat.ray_core).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from elastic_train.compat.ray_core import AUTH_LOGGER, stdstream_dispatcher
+from elastic_train.compat.ray_core import AUTH_LOGGER, stdstream_dispatcher, wrap_raylet_message_printer
 
 # The driver-side logger of Ray's token-auth setup (Ray 2.60; compat/ray_core.py).
 RAY_AUTH_LOGGER = AUTH_LOGGER
@@ -140,12 +145,39 @@ class _WithoutBenignLines:
         self.inner(data)
 
 
+# What a raylet pushes to every driver on the cluster, known to be harmless for a run: the startup-concurrency
+# WARNING on a small machine (a streamed run's Ray Data tasks and a worker group's restart start many processes at
+# once; the raylet's own log keeps it).
+BENIGN_RAYLET_LINES = re.compile(
+    r"^WARNING: \d+ PYTHON worker processes have been started on node: \S+ with address: \S+, which is \d+x the "
+    r"maximum expected startup concurrency"
+)
+
+
+class _WithoutBenignRayletLines:
+    """Wraps Ray's ``print_to_stdstream``: a raylet's batch less its known-benign lines."""
+
+    def __init__(self, inner: Callable[..., None]):
+        self.inner = inner
+
+    def __call__(self, data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            lines = data.get("lines") or []
+            kept = [line for line in lines if not (isinstance(line, str) and BENIGN_RAYLET_LINES.search(line))]
+            if not kept:
+                return
+            if len(kept) != len(lines):
+                data = {**data, "lines": kept}
+        self.inner(data, ignore_prefix)
+
+
 def filter_forwarded_lines() -> bool:
     """Wrap the driver's printer of forwarded worker output (call after ``ray.init``); True when it is wrapped.
 
     Uses Ray's private ``global_worker_stdstream_dispatcher`` (``ray.init(log_to_driver=True)`` registers the
-    printer there as ``"ray_print_logs"``). Any change in that internal API leaves Ray's printer untouched, and
-    the benign lines are printed again.
+    printer there as ``"ray_print_logs"``), and Ray's printer of what raylets push to every driver
+    (:func:`~elastic_train.compat.ray_core.wrap_raylet_message_printer`). Any change in those internal APIs leaves
+    Ray's printers untouched, and the benign lines are printed again.
     """
     try:
         dispatcher = stdstream_dispatcher()
@@ -158,6 +190,9 @@ def filter_forwarded_lines() -> bool:
                 wrapped = wrapped or isinstance(handler, _WithoutBenignLines)
                 handlers.append((name, handler))
             dispatcher.handlers = handlers
-        return wrapped
     except Exception:  # a Ray without this internal: print everything, as Ray does
+        return False
+    try:
+        return wrap_raylet_message_printer(_WithoutBenignRayletLines) and wrapped
+    except Exception:  # likewise: the raylet's lines are printed as Ray prints them
         return False

@@ -11,7 +11,7 @@ import pytest
 from elastic_train.compat.registry import ENTRIES, Entry, problem
 from tests.conftest import ROOT
 
-KINDS = {"attr", "override", "member", "env", "literal", "const", "grpc", "module", "ours"}
+KINDS = {"attr", "override", "member", "env", "literal", "calls", "const", "grpc", "module", "ours"}
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.kind}:{e.target}:{e.value or ''}")
@@ -30,6 +30,8 @@ def test_a_renamed_override_or_knob_fails_the_canary():
     assert problem(Entry(**{**vars(rpc), "value": "ray.rpc.NodeInfoGcsService.GetClusterIdV2"})) is not None
     literal = next(e for e in ENTRIES if e.kind == "literal")
     assert "no longer reads" in problem(Entry(**{**vars(literal), "value": "RAY_AIR_OUTPUT"}))
+    calls = next(e for e in ENTRIES if e.kind == "calls")
+    assert "no longer calls" in problem(Entry(**{**vars(calls), "value": "print_to_stdstream_v2"}))
     moved = Entry(**{**vars(real), "params": ("self", "kwargs")})
     assert problem(moved).startswith("signature")
 

@@ -83,3 +83,37 @@ def test_c10ds_no_reverse_dns_warning_on_separate_hosts_is_dropped():
             "retrieved. err=-3")
     _WithoutBenignLines(printed.append)({"pid": 9, "lines": [line, "[c10d] connect failed: kept"]})
     assert printed == [{"pid": 9, "lines": ["[c10d] connect failed: kept"]}]
+
+
+RAYLET_WARNING = (  # Ray 2.60's raylet, pushed to every driver (issue 34 item 13: four of these in one run)
+    "WARNING: 12 PYTHON worker processes have been started on node: 5f3c0e8d2a with address: 198.18.0.11, which "
+    "is 6x the maximum expected startup concurrency (2). This could be a result of using a large number of actors, "
+    "tasks blocked in ray.get() calls, or tasks with fractional CPU requests (e.g., num_cpus=0.1) allowing high "
+    "concurrency. See https://github.com/ray-project/ray/issues/3644 for some discussion of workarounds."
+)
+
+
+def test_the_raylets_startup_concurrency_warning_is_dropped_and_its_other_messages_kept(capsys):
+    """Through Ray's own printer, wrapped where Ray's driver thread calls it by name (compat.ray_core)."""
+    import ray._private.worker as ray_worker
+
+    from elastic_train.compat.ray_core import wrap_raylet_message_printer
+    from elastic_train.launch.quiet import _WithoutBenignRayletLines
+
+    original = ray_worker.print_to_stdstream
+    try:
+        assert wrap_raylet_message_printer(_WithoutBenignRayletLines)
+        assert wrap_raylet_message_printer(_WithoutBenignRayletLines)  # idempotent: wrapped once
+        assert ray_worker.print_to_stdstream.inner is original
+        ray_worker.print_to_stdstream({"lines": [RAYLET_WARNING], "pid": "raylet", "is_err": False}, False)
+        assert capsys.readouterr().out == ""
+        other = "The node with node id: 5f3c0e8d2a and address: 198.18.0.11 has been marked dead"
+        ray_worker.print_to_stdstream({"lines": [RAYLET_WARNING, other], "pid": "raylet", "is_err": False}, False)
+        out = capsys.readouterr().out
+        assert other in out and "PYTHON worker processes" not in out
+        # a worker's own line that quotes it is the worker's output: printed
+        ray_worker.print_to_stdstream({"lines": [RAYLET_WARNING], "pid": 4242, "ip": "198.18.0.11",
+                                       "is_err": False, "task_name": "t", "actor_name": ""}, False)
+        assert "PYTHON worker processes" in capsys.readouterr().out
+    finally:
+        ray_worker.print_to_stdstream = original
