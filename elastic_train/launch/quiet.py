@@ -27,6 +27,10 @@ Two lines a healthy run would otherwise show:
   (``Exception in thread PlacementGroupCleanerMonitor:`` ... ``ConnectionError: Found multiple active Ray
   instances``): it queries the state API without an address. The controller stops it when the run ends; a
   sweep's reaper (:mod:`elastic_train.sweep.placement_groups`) removes what a stopped trial left.
+* The Train controller's ~25-line traceback as it shuts down a worker group after one of its workers died
+  (``Graceful shutdown of backend failed. This is expected if one of the workers has crashed.`` ... ending in
+  ``ActorDiedError`` and the exit detail) becomes one line: which worker died, where, and Ray's exit detail. The
+  worker's own ``restart N: resumed from ...`` line follows. The whole block stays in the controller's log file.
 * The raylet's ``WARNING: N PYTHON worker processes have been started on node: ... which is Nx the maximum
   expected startup concurrency``, which every raylet pushes to every driver of the cluster when many processes
   start at once on a small node (a streamed run's Ray Data tasks, a restarting worker group): nothing for the
@@ -119,13 +123,55 @@ def _block_end(lines: list[Any], i: int) -> int | None:
     return None
 
 
+# The Train controller's traceback as it shuts down a worker group one of whose workers died (Ray's own words:
+# "expected if one of the workers has crashed"): ~25 lines, the reason in the last few. One line takes its place.
+_WORKER_DIED_START = re.compile(
+    r"^Graceful shutdown of backend failed\. This is expected if one of the workers has crashed\.$")
+_WORKER_DIED_END = re.compile(r"^ray\.exceptions\.ActorDiedError: ")
+_DEATH_FIELDS = re.compile(r"^\t(class_name|pid|ip): (\S+)$")
+_DEATH_CAUSE = re.compile(r"Worker exit type: (\S+) Worker exit detail: (.+?)(?:\. |\.?$)")
+
+
+def _worker_death(lines: list[Any], i: int) -> tuple[int, str] | None:
+    """``(index after the block, its one-line summary)`` when a worker-death block starts at ``lines[i]``."""
+    if not (isinstance(lines[i], str) and _WORKER_DIED_START.search(lines[i])):
+        return None
+    j = i + 1
+    if not (j < len(lines) and isinstance(lines[j], str) and lines[j].startswith("Traceback")):
+        return None
+    j += 1
+    while j < len(lines) and isinstance(lines[j], str) and lines[j].startswith(" "):
+        j += 1
+    if not (j < len(lines) and isinstance(lines[j], str) and _WORKER_DIED_END.search(lines[j])):
+        return None
+    fields: dict[str, str] = {}
+    cause = None
+    j += 1
+    while j < len(lines) and isinstance(lines[j], str) and (lines[j].startswith("\t")
+                                                            or lines[j].startswith("The actor is dead because")):
+        if m := _DEATH_FIELDS.match(lines[j]):
+            fields[m.group(1)] = m.group(2)
+        cause = cause or _DEATH_CAUSE.search(lines[j])
+        j += 1
+    who = " ".join(x for x in (fields.get("class_name", "a worker"), f"pid {fields['pid']}" if "pid" in fields else "",
+                                f"on {fields['ip']}" if "ip" in fields else "") if x)
+    why = f": {cause.group(2)} ({cause.group(1)})" if cause else ""
+    return j, f"{who} died{why}; the worker group restarts from its last checkpoint"
+
+
 def without_benign_blocks(lines: list[Any]) -> list[Any]:
-    """``lines`` less each benign block: its start line, a traceback, and its end line (all or nothing)."""
+    """``lines`` less each benign block: its start line, a traceback, and its end line (all or nothing); a worker
+    death's block becomes one line with what died and why."""
     out, i = [], 0
     while i < len(lines):
         after = _block_end(lines, i)
         if after is not None:
             i = after
+            continue
+        death = _worker_death(lines, i)
+        if death is not None:
+            i = death[0]
+            out.append(death[1])
             continue
         out.append(lines[i])
         i += 1
@@ -142,7 +188,7 @@ class _WithoutBenignLines:
         lines = data.get("lines") or []
         kept = [line for line in without_benign_blocks(lines)
                 if not (isinstance(line, str) and BENIGN_FORWARDED_LINES.search(line))]
-        if len(kept) != len(lines):
+        if kept != lines:
             if not kept:
                 return
             data = {**data, "lines": kept}

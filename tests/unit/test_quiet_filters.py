@@ -119,3 +119,54 @@ def test_the_raylets_startup_concurrency_warning_is_dropped_and_its_other_messag
         assert "PYTHON worker processes" in capsys.readouterr().out
     finally:
         ray_worker.print_to_stdstream = original
+
+
+# Ray 2.60's Train controller after a worker was killed in a streamed run (2026-12-05; paths shortened).
+WORKER_DEATH = [
+    'Graceful shutdown of backend failed. This is expected if one of the workers has crashed.',
+    'Traceback (most recent call last):',
+    '  File ".../ray/train/v2/_internal/callbacks/backend_setup.py", line 27, in before_execution_group_shutdown',
+    '    self._backend.on_shutdown(execution_group, self._backend_config)',
+    '  File ".../ray/train/torch/config.py", line 333, in on_shutdown',
+    '    ray.get(futures, timeout=timeout_s)',
+    '  File ".../ray/_private/auto_init_hook.py", line 22, in auto_init_wrapper',
+    '    return fn(*args, **kwargs)',
+    '           ^^^^^^^^^^^^^^^^^^^',
+    '  File ".../ray/_private/client_mode_hook.py", line 134, in wrapper',
+    '    return func(*args, **kwargs)',
+    '           ^^^^^^^^^^^^^^^^^^^^^',
+    '  File ".../ray/_private/worker.py", line 3009, in get',
+    '    values, debugger_breakpoint = worker.get_objects(',
+    '                                  ^^^^^^^^^^^^^^^^^^^',
+    '  File ".../ray/_private/worker.py", line 1055, in get_objects',
+    '    raise value',
+    'ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.',
+    '\tclass_name: RayTrainWorker',
+    '\tactor_id: de805e19148afd8be89ef66a01000000',
+    '\tpid: 27982',
+    '\tnamespace: 864d8795-9f6b-448c-a952-01ed56d623b4',
+    '\tip: 192.0.2.2',
+    ('The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit '
+     'detail: Worker unexpectedly exits with a connection error code 2. End of file. Some common causes '
+     'include: (1) the process was killed by the OOM killer due to high memory usage, (2) ray stop --force '
+     'was called, or (3) the worker crashed unexpectedly due to SIGSEGV or another unexpected error. If '
+     'the process was killed by the kernel OOM killer (verifiable by checking for OOM in dmesg of the '
+     'OOMing node), consider enabling resource isolation via --enable-resource-isolation to prevent node '
+     'deaths by resource contention and significant loss of progress by uninformed kernel OOM killing.'),
+]
+
+
+def test_a_worker_deaths_traceback_from_the_controller_becomes_one_line_with_the_reason():
+    printed = []
+    _WithoutBenignLines(printed.append)({"pid": 3, "lines": ["before", *WORKER_DEATH, "after"]})
+    assert printed == [{"pid": 3, "lines": [
+        "before",
+        "RayTrainWorker pid 27982 on 192.0.2.2 died: Worker unexpectedly exits with a connection error code 2 "
+        "(SYSTEM_ERROR); the worker group restarts from its last checkpoint",
+        "after"]}]
+
+
+def test_the_same_shutdown_failing_for_another_reason_prints_whole():
+    other = [*WORKER_DEATH[:-7], "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready."]
+    assert without_benign_blocks(other) == other
+    assert without_benign_blocks(WORKER_DEATH[:-7]) == WORKER_DEATH[:-7]  # cut short by a batch: as it came
