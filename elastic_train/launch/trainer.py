@@ -92,15 +92,24 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
     )
 
 
+# Ray Train's knobs the user exported before the first run of this process: those win over the config.
+_EXPORTED = {name: os.environ[name] for name in (HEALTH_CHECK_ENV, START_TIMEOUT_ENV) if name in os.environ}
+
+
 def _ray_train_env(cfg: JobConfig) -> None:
     """Ray Train's environment knobs (compat/ray_train.py), set in the driver, which propagates them to the
-    controller; a value the user exported wins."""
-    # The controller polls workers at this period; report() waits for the poll, so the default 2 s makes every
-    # checkpoint cost ~2 s.
-    os.environ.setdefault(HEALTH_CHECK_ENV, str(cfg.failure.health_check_interval_s))
-    # After a node loss Ray's view of the cluster can lag (its coordinator refreshes every 20 s) and a first
-    # restart may ask for workers that no longer fit; a shorter start timeout retries sooner.
-    os.environ.setdefault(START_TIMEOUT_ENV, str(cfg.failure.worker_start_timeout_s))
+    controller; a value the user exported wins. Set from *this* run's config each time, so that a second run in
+    one process (a notebook, a test session, sweep trials) does not inherit the first run's values."""
+    values = {
+        # The controller polls workers at this period; report() waits for the poll, so the default 2 s makes
+        # every checkpoint cost ~2 s.
+        HEALTH_CHECK_ENV: cfg.failure.health_check_interval_s,
+        # After a node loss Ray's view of the cluster can lag (its coordinator refreshes every 20 s) and a first
+        # restart may ask for workers that no longer fit; a shorter start timeout retries sooner.
+        START_TIMEOUT_ENV: cfg.failure.worker_start_timeout_s,
+    }
+    for name, value in values.items():
+        os.environ[name] = _EXPORTED.get(name, str(value))
 
 
 def _scaling(ctx: RunContext, num_workers: int | tuple[int, int], **extra: Any) -> ScalingConfig:
