@@ -213,9 +213,9 @@ ENTRIES: tuple[Entry, ...] = (
           "the prompt comes back at once", RAY),
     Entry("tracking/quiet.py::os.environ.setdefault(MLFLOW_LOGGING_LEVEL", "ours", "every MLflow process",
           "process-wide MLflow environment defaults", "healthy runs quiet", MLFLOW),
-    Entry("elastic_train/launch/trainer.py::os.environ.setdefault(HEALTH_CHECK_ENV", "ours", "the driver",
-          "process-wide Ray Train environment defaults, propagated to the controller", "see the env entries",
-          RAY),
+    Entry("elastic_train/launch/trainer.py::os.environ[name] = _EXPORTED.get(name, str(value))", "ours",
+          "the driver", "Ray Train's environment knobs from each run's config (an exported value wins), propagated "
+          "to the controller", "see the env entries", RAY),
     Entry("elastic_train/data/prepare.py::os.environ[\"TOKENIZERS_PARALLELISM\"] = \"false\"", "ours",
           "data/prepare.py", "one tokenizer process per core already", "tokenizers' fork warning", "tokenizers"),
 )
