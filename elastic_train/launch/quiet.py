@@ -113,14 +113,21 @@ def _block_end(lines: list[Any], i: int) -> int | None:
     for start, end in BENIGN_FORWARDED_BLOCKS:
         if not start.search(lines[i]):
             continue
-        j = i + 1
-        if j < len(lines) and isinstance(lines[j], str) and lines[j].startswith("Traceback"):
-            j += 1
-            while j < len(lines) and isinstance(lines[j], str) and lines[j].startswith(" "):
-                j += 1
-            if j < len(lines) and isinstance(lines[j], str) and end.search(lines[j]):
-                return j + 1
+        after = _traceback_end(lines, i + 1, end)
+        if after is not None:
+            return after
     return None
+
+
+def _traceback_end(lines: list[Any], j: int, end: re.Pattern[str]) -> int | None:
+    """The index after a traceback at ``lines[j]`` (``Traceback``, indented frames) whose last line matches
+    ``end``; None when there is none."""
+    if not (j < len(lines) and isinstance(lines[j], str) and lines[j].startswith("Traceback")):
+        return None
+    j += 1
+    while j < len(lines) and isinstance(lines[j], str) and lines[j].startswith(" "):
+        j += 1
+    return j + 1 if j < len(lines) and isinstance(lines[j], str) and end.search(lines[j]) else None
 
 
 # The Train controller's traceback as it shuts down a worker group one of whose workers died (Ray's own words:
@@ -136,17 +143,11 @@ def _worker_death(lines: list[Any], i: int) -> tuple[int, str] | None:
     """``(index after the block, its one-line summary)`` when a worker-death block starts at ``lines[i]``."""
     if not (isinstance(lines[i], str) and _WORKER_DIED_START.search(lines[i])):
         return None
-    j = i + 1
-    if not (j < len(lines) and isinstance(lines[j], str) and lines[j].startswith("Traceback")):
-        return None
-    j += 1
-    while j < len(lines) and isinstance(lines[j], str) and lines[j].startswith(" "):
-        j += 1
-    if not (j < len(lines) and isinstance(lines[j], str) and _WORKER_DIED_END.search(lines[j])):
+    j = _traceback_end(lines, i + 1, _WORKER_DIED_END)
+    if j is None:
         return None
     fields: dict[str, str] = {}
     cause = None
-    j += 1
     while j < len(lines) and isinstance(lines[j], str) and (lines[j].startswith("\t")
                                                             or lines[j].startswith("The actor is dead because")):
         if m := _DEATH_FIELDS.match(lines[j]):
