@@ -84,3 +84,40 @@ def wrap_raylet_message_printer(wrap: Any) -> bool:
     wrapped.elastic_train_wrapped = True
     ray_worker.print_to_stdstream = wrapped
     return True
+
+
+# ---- Warm spare worker processes (train/spares.py) ------------------------------------------------------------
+# Ray's runtime-env key for a worker process's setup hook. ``ray.init(runtime_env={"worker_process_setup_hook":
+# "mod.fn"})`` sets it for every process of a job; Ray has no per-actor hook, so the Train workers' own
+# ``env_vars`` carry it (a string hook is only this variable: ray/_private/runtime_env/setup_hook.py).
+SETUP_HOOK_ENV = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+PRESTART_METHOD = "/ray.rpc.NodeManagerService/PrestartWorkers"
+
+
+def prestart_workers(raylet_address: str, job_id_hex: str, serialized_runtime_env: str, count: int,
+                     keep_alive_s: int, timeout_s: float) -> None:
+    """Ask the raylet at ``raylet_address`` to start ``count`` idle worker processes of this job with exactly
+    ``serialized_runtime_env`` (a Train worker's own: the raylet hands an idle process to an actor only when
+    the hash of its runtime env is the same), kept alive ``keep_alive_s`` even when idle. Ray uses this RPC for
+    its own prestarts; the core worker's ``PrestartWorkers`` has no Python binding. Raises grpc.RpcError."""
+    import json
+
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray.core.generated import common_pb2, node_manager_pb2, runtime_environment_pb2
+
+    env = json.loads(serialized_runtime_env or "{}")
+    uris = runtime_environment_pb2.RuntimeEnvUris(
+        working_dir_uri=env.get("working_dir", "") if isinstance(env.get("working_dir"), str) else "",
+        py_modules_uris=[m for m in env.get("py_modules", []) if isinstance(m, str)])
+    request = node_manager_pb2.PrestartWorkersRequest(
+        language=common_pb2.Language.PYTHON, job_id=bytes.fromhex(job_id_hex),
+        runtime_env_info=runtime_environment_pb2.RuntimeEnvInfo(serialized_runtime_env=serialized_runtime_env,
+                                                                uris=uris),
+        keep_alive_duration_secs=int(keep_alive_s), num_workers=int(count))
+    channel = init_grpc_channel(raylet_address)
+    try:
+        call = channel.unary_unary(PRESTART_METHOD, request_serializer=lambda m: m.SerializeToString(),
+                                   response_deserializer=node_manager_pb2.PrestartWorkersReply.FromString)
+        call(request, timeout=timeout_s)
+    finally:
+        channel.close()

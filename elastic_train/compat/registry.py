@@ -17,6 +17,7 @@ over :data:`ENTRIES`. Kinds:
   that name, so a call through anything else would bypass ours).
 * ``const``: a private constant whose value we rely on (``value``).
 * ``grpc``: a gRPC method we call by its path; ``target`` is the generated module, ``value`` ``package.Service.Method``.
+* ``fields``: a generated protobuf message we build; ``value``: the comma-separated fields we set.
 * ``module``: a private module we import, or whose logger (named by it) we quiet or filter: it must exist.
 * ``ours``: our own process-level trick (a niceness change, a process-wide environment default, an exit
   without interpreter teardown): ``target`` is ``path::text`` and the file must still hold that text, so the
@@ -165,6 +166,23 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("ray._private.grpc_utils:init_grpc_channel", "attr", "sweep/placement_groups.py",
           "KillActorViaGcs for a stranded PlacementGroupCleaner we hold no handle to",
           "ray.kill needs a handle", RAY, params=("address", "options", "asynchronous", "credentials")),
+    # ---- Ray Core: warm spare worker processes (train/spares.py, compat/ray_core.py)
+    Entry("ray.core.generated.node_manager_pb2", "grpc", "train/spares.py (compat.ray_core.prestart_workers)",
+          "ask a node's raylet to prestart idle worker processes with a Train worker's runtime env",
+          "the core worker's PrestartWorkers has no Python binding", RAY,
+          value="ray.rpc.NodeManagerService.PrestartWorkers"),
+    Entry("ray.core.generated.node_manager_pb2:PrestartWorkersRequest", "fields", "compat/ray_core.py",
+          "the request we build (the keep-alive: a spare outlives Ray's 1 s idle reaping)", "as above", RAY,
+          value="language,job_id,runtime_env_info,keep_alive_duration_secs,num_workers"),
+    Entry("ray.core.generated.runtime_environment_pb2:RuntimeEnvInfo", "fields", "compat/ray_core.py",
+          "the runtime env the spares are made with", "as above", RAY, value="serialized_runtime_env,uris"),
+    Entry("ray._private.ray_constants:WORKER_PROCESS_SETUP_HOOK_ENV_VAR", "const", "train/spares.py "
+          "(compat.ray_core.SETUP_HOOK_ENV)", "the Train workers' setup hook (it preloads torch in every spare)",
+          "Ray has a job-wide worker_process_setup_hook only; a string hook is this variable", RAY,
+          value="__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"),
+    Entry("ray._private.runtime_env.setup_hook:load_and_execute_setup_hook_module", "attr",
+          "train/spares.py", "a string hook is imported as module.function", "as above", RAY,
+          params=("worker_process_setup_hook_key",)),
     # ---- Ray Tune (compat/ray_tune.py)
     Entry("ray.tune.experimental.output:get_air_verbosity", "literal", "sweep/tuner.py (compat.ray_tune)",
           "Tune's start banner off (the old output engine is silent at verbose=0)",
@@ -247,6 +265,9 @@ def problem(e: Entry) -> str | None:
             found = importlib.import_module(e.target).DESCRIPTOR.pool.FindServiceByName(service)
             return None if found.FindMethodByName(method) is not None else f"{e.value} is gone"
         obj = resolve(e.target)
+        if e.kind == "fields":
+            missing = [f for f in e.value.split(",") if f not in obj.DESCRIPTOR.fields_by_name]
+            return f"{e.target} lacks {', '.join(missing)}" if missing else None
         if e.kind in ("env", "const"):
             return None if obj == e.value or getattr(obj, "name", None) == e.value else f"now names {obj!r}"
         if e.kind == "calls":  # a function that must still call ``value`` by its module-level name

@@ -243,10 +243,26 @@ class FailureConfig(Section):
     connect_timeout_s: float = Field(
         30.0, gt=0.0, description="Wait this long for a Ray address to answer (TCP, then ray.init); then exit 2."
     )
+    spare_workers: int | Literal["auto"] = Field(
+        "auto", description="Warm worker processes each node keeps ready for a restart (torch imported; ~0.4 GB "
+        "of memory each, no CPU while idle); auto = one per training worker on the node, 0 = none "
+        "(docs/faults.md#warm-spares)."
+    )
+    spares_after_s: float = Field(
+        60.0, ge=0.0, description="Start the spares this long after a worker group's first step: a short run "
+        "never pays for them; a restart before then starts new processes."
+    )
     mtbf_s: float | None = Field(
         None, gt=0.0, description="Prior mean time between failures of one worker (its node or GPU), seconds; "
         "checkpoint.every_steps=auto divides it by the workers and updates it with the run's restarts."
     )
+
+    @field_validator("spare_workers")
+    @classmethod
+    def _not_negative(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 0:
+            raise ValueError("should be 0 or more (or auto)")
+        return v
 
 
 class TrackingConfig(Section):

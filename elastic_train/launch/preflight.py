@@ -49,6 +49,8 @@ class PreflightReport:
     data: dict[str, Any]
     model_parameters: int
     warnings: list[str] = field(default_factory=list)
+    spare_workers: int | str = 0  # failure.spare_workers (train/spares.py)
+    spares_after_s: float = 0.0
 
     @property
     def total_cpus(self) -> float:
@@ -72,6 +74,7 @@ class PreflightReport:
             "batch_plans": [p.describe() for p in self.plans],
             "data": self.data,
             "model_parameters": self.model_parameters,
+            "spare_workers": self.spare_workers,
             "warnings": self.warnings,
         }
 
@@ -86,6 +89,11 @@ class PreflightReport:
             f"  workers: {want} x {self.resources_per_worker} on {'GPU' if self.use_gpu else 'CPU'}; "
             f"{self.fit_workers} fit the cluster"
         )
+        if self.spare_workers != 0:
+            each = "one per worker" if self.spare_workers == "auto" else f"{self.spare_workers}"
+            lines.append(f"  spares: {each} on each node from {self.spares_after_s:g} s into training, for a faster "
+                         f"restart (~{SPARE_RSS_GB} GB of memory each, no CPU while idle; failure.spare_workers=0: "
+                         "none)")
         shared = {True: "visible from every node", False: "NOT shared", None: "single node"}[self.storage_shared]
         lines.append(f"  storage: {self.storage_path} ({shared})")
         lines.append(f"  data: {self.data['train_samples']} train / {self.data['val_samples']} val samples; "
@@ -106,6 +114,9 @@ class PreflightReport:
 
 
 # ---------------------------------------------------------------------------------------- static
+
+
+SPARE_RSS_GB = 0.4  # a spare's resident memory on this project's machines (docs/faults.md#warm-spares)
 
 
 def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:
@@ -200,6 +211,8 @@ def _cluster_report(cfg: JobConfig, storage_path: str, data: dict[str, Any], n_p
         plans=batch_plans(cfg),
         data=data,
         model_parameters=n_params,
+        spare_workers=cfg.failure.spare_workers,
+        spares_after_s=cfg.failure.spares_after_s,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from elastic_train.compat.ray_core import SETUP_HOOK_ENV
 from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, START_TIMEOUT_ENV
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
@@ -17,6 +18,7 @@ from elastic_train.launch.preflight import worker_resources
 from elastic_train.launch.storage import ray_storage
 from elastic_train.train.faults import FaultPlan
 from elastic_train.train.resources import RunResources
+from elastic_train.train.spares import worker_env
 from elastic_train.train.warmup import WorkerWarmup
 from elastic_train.train.worker import WorkerArgs, train_loop_per_worker
 
@@ -41,6 +43,8 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
         launched=ctx.started,
     )
     env_vars = dict(tracking.env) if tracking else {}
+    if cfg.failure.spare_workers != 0:  # warm spares for a restart (train/spares.py)
+        env_vars.update(spare_worker_env(env_vars))
     markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
     ours = [ControllerPriority(), WorkerWarmup(markers), *([FreshClusterView()] if cfg.scaling.elastic else []),
             *([RestartPhases(markers)] if markers else [])]
@@ -94,6 +98,16 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
 
 # Ray Train's knobs the user exported before the first run of this process: those win over the config.
 _EXPORTED = {name: os.environ[name] for name in (HEALTH_CHECK_ENV, START_TIMEOUT_ENV) if name in os.environ}
+
+
+def spare_worker_env(env_vars: dict[str, str]) -> dict[str, str]:
+    """The Train workers' setup hook and spare marker (train/spares.py), unless the job has a hook of its own
+    (a ``worker_process_setup_hook`` given to ``ray.init`` or ``ray job submit``: it wins)."""
+    import ray
+
+    job_env = dict(ray.get_runtime_context().runtime_env.get("env_vars") or {}) if ray.is_initialized() else {}
+    hook = {k: v for k, v in {**os.environ, **job_env}.items() if k == SETUP_HOOK_ENV}
+    return worker_env(SETUP_HOOK_ENV, {**env_vars, **hook})
 
 
 def _ray_train_env(cfg: JobConfig) -> None:

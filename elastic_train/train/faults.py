@@ -17,6 +17,10 @@ Syntax: faults separated by ``;``, each a comma-separated ``key=value`` list::
 * ``marker=PATH``: fire once per marker file (it is created when the fault fires, with a JSON record: step,
   rank, mode, unix time, pid). ``markers=DIR`` (anywhere) gives every fault without one ``DIR/fault-<i>.json``.
   Without a marker a fault fires every time its step is reached (a restart from before it fires it again).
+* ``when=spares-warm``: at step K, wait until this worker's node has a warm spare process for each of its
+  training workers (train/spares.py; at most 120 s), then fire after one more step (so that the wait is not
+  counted as recovery): a fault in a run's steady state, whatever the machine's speed (the recovery benchmark
+  and test measure a restart onto spares).
 * ``delay=SECONDS`` (anywhere): every rank pauses this long after each step, to stretch a short run.
 """
 
@@ -34,7 +38,9 @@ from elastic_train.files import write_json_atomically
 
 FAULT_ENV = "ELASTIC_TRAIN_FAULT"
 MODES = ("exit", "raise", "save")
-_FAULT_KEYS = {"step", "rank", "mode", "marker"}
+_FAULT_KEYS = {"step", "rank", "mode", "marker", "when"}
+WHEN = ("spares-warm",)
+WHEN_BOUND_S = 120.0
 _GLOBAL_KEYS = {"delay", "markers"}
 
 
@@ -46,6 +52,7 @@ class Fault:
     rank: int = 0
     mode: str = "exit"
     marker: str | None = None
+    when: str | None = None  # spares-warm: wait (bounded) for the node's warm spares
 
     def fired(self) -> bool:
         return bool(self.marker) and os.path.exists(self.marker)
@@ -98,11 +105,11 @@ def _entry(spec: str, part: str) -> dict[str, str]:
         key, sep, value = kv.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not value:
-            raise ConfigError(FAULT_ENV, spec, f"{kv!r}: write key=value (keys: step, rank, mode, marker, "
+            raise ConfigError(FAULT_ENV, spec, f"{kv!r}: write key=value (keys: step, rank, mode, marker, when, "
                                                "markers, delay; faults separated by ';')")
         if key not in _FAULT_KEYS | _GLOBAL_KEYS:
-            raise ConfigError(FAULT_ENV, spec, f"unknown key {key!r} (keys: step, rank, mode, marker, markers, "
-                                               "delay)")
+            raise ConfigError(FAULT_ENV, spec, f"unknown key {key!r} (keys: step, rank, mode, marker, when, "
+                                               "markers, delay)")
         entry[key] = value
     return entry
 
@@ -118,7 +125,18 @@ def _fault(spec: str, entry: dict[str, str], index: int, markers: str | None) ->
     if mode not in MODES:
         raise ConfigError(FAULT_ENV, spec, f"mode={mode}: one of {', '.join(MODES)}")
     marker = entry.get("marker") or (str(Path(markers) / f"fault-{index}.json") if markers else None)
-    return Fault(step, rank, mode, marker)
+    when = entry.get("when")
+    if when is not None and when not in WHEN:
+        raise ConfigError(FAULT_ENV, spec, f"when={when}: one of {', '.join(WHEN)}")
+    return Fault(step, rank, mode, marker, when)
+
+
+def _spares_warm() -> bool:
+    """This node has a warm spare for each of its training workers (train/spares.py)."""
+    from elastic_train.train.spares import this_node, warm
+
+    idle, busy = this_node()
+    return bool(busy) and len(warm(idle)) >= len(busy)
 
 
 def _number(spec: str, key: str, value: str, kind: type) -> int | float:
@@ -145,6 +163,7 @@ class FaultHook:
         self.plan = plan or FaultPlan()
         self.delay = self.plan.delay
         self.rank = rank
+        self._armed: set[Fault] = set()  # when=spares-warm faults whose wait is over: fire at the next step
 
     @classmethod
     def from_env(cls, rank: int, spec: str | None = None, environ: Mapping[str, str] = os.environ) -> FaultHook:
@@ -168,8 +187,17 @@ class FaultHook:
         if self.delay:
             time.sleep(self.delay)
         for fault in self.plan.faults:
-            if fault.mode != "save" and fault.step == global_step and not fault.fired():
+            if fault.mode == "save" or fault.fired():
+                continue
+            if fault in self._armed:
                 self._fire(fault, global_step)
+            elif fault.step == global_step:
+                if fault.when != "spares-warm":
+                    self._fire(fault, global_step)
+                deadline = time.monotonic() + WHEN_BOUND_S
+                while not _spares_warm() and time.monotonic() < deadline:
+                    time.sleep(0.2)  # the run pauses here until the node's spares are warm
+                self._armed.add(fault)  # and fires after one more step: the pause is not part of the recovery
 
     def maybe_fire_save(self, global_step: int) -> None:
         """Called between writing this rank's checkpoint part and reporting it."""

@@ -7,13 +7,15 @@ The session (session.py) calls one method per moment and knows nothing of what e
 The accounting those moments feed is pure arithmetic on the :class:`~elastic_train.train.goodput.GoodputBook`
 (each method takes its clock reading as an argument, so a unit test drives it without a worker); here it is only
 given the time and pushed to the run's ledger. Test faults (train/faults.py) fire at ``stepped`` and at
-``checkpoint_written``; with ``markers=DIR`` the restart phases are noted for the recovery benchmarks.
+``checkpoint_written``; with ``markers=DIR`` the restart phases are noted for the recovery benchmarks. A node's
+warm spares (train/spares.py) are kept from an attempt's first step on.
 A new thing to do at one of these moments is one method body here. No Ray, no MLflow.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,10 +26,13 @@ from elastic_train.train.state import Goodput
 
 
 class LoopHooks:
-    """One rank's goodput reporter and fault hook, called by the session at the loop's named moments."""
+    """One rank's goodput reporter and fault hook, called by the session at the loop's named moments.
+    ``keep_spares``: starts the keeper of its node's spare processes (returns at once), or None."""
 
-    def __init__(self, goodput: GoodputReporter, fault: FaultHook, device: torch.device):
+    def __init__(self, goodput: GoodputReporter, fault: FaultHook, device: torch.device,
+                 keep_spares: Callable[[], None] | None = None):
         self.goodput, self.fault, self.device = goodput, fault, device
+        self.keep_spares = keep_spares or (lambda: None)
 
     @property
     def book(self) -> GoodputBook:
@@ -61,6 +66,7 @@ class LoopHooks:
                 torch.cuda.synchronize()
             self.book.first_step_done(time.time())
             self.fault.note("first_step", step=global_step)
+            self.keep_spares()  # after the first step: a recovery is timed to it
         self.book.stepped(global_step)
         self.goodput.push()  # at most every 0.25 s: the ledger knows the last step when a worker dies
         self.fault.maybe_fire(global_step)

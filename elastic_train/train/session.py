@@ -69,6 +69,7 @@ class Host:
     preemption_info: Callable[[], Any]  # None, or the preempted node ids and a deadline (a barrier)
     ray_train_run_id: str | None = None  # into meta.json: a resumed driver releases this run's reservation
     attempt: int | None = None  # this worker group's attempt (train/fence.py): into meta.json
+    keep_spares: Callable[[], None] | None = None  # start keeping the node's warm spares (train/spares.py)
 
 
 class Session:
@@ -81,7 +82,7 @@ class Session:
         self.log_floor = log_floor  # metrics at steps <= this were logged by an earlier driver
         self.rank, self.world, self.device = host.rank, host.world, host.device
         self.console, self.tracker = host.console, host.tracker
-        self.hooks = LoopHooks(host.goodput, host.fault, host.device)
+        self.hooks = LoopHooks(host.goodput, host.fault, host.device, host.keep_spares)
         self.strategy = make_strategy(cfg.scaling.strategy)
         self.throughput = metric_math.Throughput()
         self.interval_choice: interval.Choice | None = None  # checkpoint.every_steps=auto, rank 0's last

@@ -38,6 +38,7 @@ from elastic_train.train.process_info import process_start_unix
 from elastic_train.train.resources import RunResources
 from elastic_train.train.session import Host, Session
 from elastic_train.train.state import RunRecord, upload_checkpoint
+from elastic_train.train.warmup import SpareKeeper
 from tracking import TrackingSpec, tracker_for
 
 __all__ = ["FAULT_ENV", "RunResources", "WorkerArgs", "evaluate_loop_per_worker", "train_loop_per_worker"]
@@ -70,7 +71,7 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
     cfg = JobConfig.model_validate(wargs.config)
     if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
         _quiet_ray_train_logs()
-    host = _host(wargs, fence)
+    host = _host(wargs, fence, cfg.failure.spare_workers, cfg.failure.spares_after_s)
     host.fault.note("entered", at=entered, process_start=process_start_unix())
     bundle = ray.get(res.data_ref) if res.data_ref is not None else build_data(cfg)
     record = RunRecord(run_name=wargs.run_name, mlflow_run_id=wargs.tracking.run_id if wargs.tracking else None)
@@ -191,8 +192,10 @@ def complete_on_storage(fs: Any, path: str) -> bool:
     return ".metadata" in shards and all(any(s.startswith(f"__{r}_") for s in shards) for r in range(world))
 
 
-def _host(args: WorkerArgs, fence: AttemptFence | None = None) -> Host:
-    """This worker's place in the group, its console and tracker, and Ray Train's calls as plain callables."""
+def _host(args: WorkerArgs, fence: AttemptFence | None = None, spare_workers: int | str = 0,
+          spares_after_s: float = 0.0) -> Host:
+    """This worker's place in the group, its console and tracker, and Ray Train's calls as plain callables;
+    the keeper of its node's ``spare_workers`` (train/spares.py), started ``spares_after_s`` into training."""
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
@@ -208,14 +211,17 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None) -> Host:
         spec = dataclasses.replace(spec, attempt=fence.attempt)
     tracker = tracker_for(spec, rank, res.tracking_relay)
     ledger = _RayLedger(res.ledger, res.ledger_key) if res.ledger is not None and rank == 0 else None
+    fault = FaultHook.from_env(rank, args.fault)
+    spares = SpareKeeper.for_this_worker(spare_workers, spares_after_s, fault.note) if spare_workers != 0 else None
     return Host(
         rank, world, device, console, tracker,
         goodput=GoodputReporter(ledger, console.line, args.launched),
-        fault=FaultHook.from_env(rank, args.fault),
+        fault=fault,
         report=partial(_report, fence),
         preemption_info=ray.train.get_preemption_info,
         ray_train_run_id=_train_run_id(),
         attempt=fence.attempt if fence is not None else None,
+        keep_spares=spares.start if spares is not None else None,
     )
 
 

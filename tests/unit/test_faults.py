@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import time
 
 import pytest
 
@@ -42,6 +43,7 @@ def test_the_single_fault_syntax_still_works():
     ("step=0", "step must be >= 1"),
     ("delay=-1", "delay=-1: must be >= 0"),
     ("delay=soon", "delay=soon: not a number"),
+    ("step=3,when=later,marker=/tmp/m", "when=later: one of spares-warm"),
 ])
 def test_malformed_specs_are_config_errors_naming_the_variable(spec, needle):
     with pytest.raises(ConfigError) as e:
@@ -67,6 +69,21 @@ def test_raise_fires_once_per_marker_and_records_it(tmp_path):
     record = json.loads((tmp_path / "r").read_text())
     assert record["step"] == 3 and record["mode"] == "raise" and record["unix"] > 0
     hook.maybe_fire(3)  # the restarted worker passes it
+
+
+def test_a_spares_warm_fault_waits_for_the_nodes_warm_spares_then_fires(tmp_path, monkeypatch):
+    """Outside a Train worker there are no spares: at its step it waits out its bound, then fires one step later."""
+    import elastic_train.train.faults as faults
+
+    monkeypatch.setattr(faults, "WHEN_BOUND_S", 0.5)
+    hook = FaultHook.parse(f"step=3,mode=raise,when=spares-warm,marker={tmp_path}/w", rank=0)
+    hook.maybe_fire(2)
+    started = time.monotonic()
+    hook.maybe_fire(3)  # waits, then arms
+    assert time.monotonic() - started >= 0.5
+    with pytest.raises(RuntimeError, match="injected fault at step 4"):
+        hook.maybe_fire(4)
+    hook.maybe_fire(5)  # fired once (its marker)
 
 
 def test_other_ranks_do_not_fire(tmp_path):
