@@ -833,6 +833,8 @@ def ray_train_phases(fault_unix: float, attempt: dict[str, dict], markers: Path)
     decided = after("failure_decision", fault_unix)
     down = after("shutdown_done", decided)
     started = context.get("process_start") or entered.get("process_start")
+    if started is not None and down is not None and started < down:  # a warm spare (train/spares.py), made
+        started = down  # before the fault: placement is then only the actor's scheduling onto it
     ready = after("group_ready", context["unix"])
     points = [fault_unix, decided, down, started, context["unix"], ready, entered["at"]]
     if any(p is None for p in points) or any(b < a for a, b in zip(points, points[1:], strict=False)):

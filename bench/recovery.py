@@ -47,17 +47,22 @@ def workload(*extra: str) -> list[str]:
             "train.warmup_steps=0", "tracking.system_metrics=false", *extra]
 
 
-def engine_recovery(home: Path) -> dict:
+def engine_recovery(home: Path, spares: bool = True) -> dict:
+    """``spares``: the default (a warm spare per worker; the fault waits for them: a run in its steady state);
+    else ``failure.spare_workers=0`` (every new worker is a cold process: a fault early in a run)."""
     from jobs import train
 
     home.mkdir(parents=True, exist_ok=True)
-    os.environ["ELASTIC_TRAIN_FAULT"] = f"step={KILL_STEP},rank=1,marker={home / 'fired'};markers={home / 'phases'}"
+    when = ",when=spares-warm" if spares else ""
+    os.environ["ELASTIC_TRAIN_FAULT"] = (f"step={KILL_STEP},rank=1,marker={home / 'fired'}{when};"
+                                        f"markers={home / 'phases'}")
     try:
         summary = home / "recovery.json"
         rc = train.main(["--config", str(ROOT / "configs/digits.yaml"),
-                         *workload("train.epochs=2", "scaling.num_workers=2", "scaling.placement_strategy=SPREAD",
+                         *workload("train.epochs=3", "scaling.num_workers=2", "scaling.placement_strategy=SPREAD",
                                    "checkpoint.every_steps=20", "tracking.log_every_steps=1",
-                                   f"name=recovery-{home.name}", f"checkpoint.storage_path={home / 'results'}"),
+                                   f"name=recovery-{home.name}", f"checkpoint.storage_path={home / 'results'}",
+                                   f"failure.spare_workers={'auto' if spares else 0}", "failure.spares_after_s=0"),
                          "--summary-json", str(summary)])
     finally:
         del os.environ["ELASTIC_TRAIN_FAULT"]
@@ -69,7 +74,20 @@ def engine_recovery(home: Path) -> dict:
     split = recovery_phases({**fired, "fired_step": fired["step"]}, home / "phases") or {}
     return {"recovery_s": s["goodput"]["restart_lost_s"], "recomputed_steps": s["goodput"]["recomputed_steps"],
             "restarts": s["restarts"], "fault_to_first_step_s": split.get("recovery_s"),
-            "phases_s": split.get("phases_s"), "ray_train_phases_s": split.get("ray_train_phases_s")}
+            "phases_s": split.get("phases_s"), "ray_train_phases_s": split.get("ray_train_phases_s"),
+            "spares": spare_use(home / "phases", fired["unix"])}
+
+
+def spare_use(phases: Path, fault_unix: float) -> dict:
+    """Whether the restarted group ran on warm spares (train/spares.py): the new workers' processes started
+    before the fault (a spare) or after it (a cold start), and the spares the keepers saw before the fault."""
+    records = [json.loads(line) for f in sorted(phases.glob("phases.rank*.jsonl"))
+               for line in f.read_text().splitlines()]
+    contexts = [r for r in records if r["event"] == "context" and r["unix"] > fault_unix]
+    seen = [r for r in records if r["event"] == "spares" and r["unix"] < fault_unix]
+    return {"new_workers_from_spares": sum(r["process_start"] < fault_unix for r in contexts),
+            "new_workers": len(contexts), "spares_before_fault": seen[-1]["pids"] if seen else "",
+            "keeper_errors": [r["error"] for r in records if r["event"] == "spares_failed"][:3]}
 
 
 def checkpoint_share(home: Path) -> dict:
@@ -151,6 +169,9 @@ def _median(values: list) -> float | None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=3, help="engine / bare Ray Train recoveries, alternating (default 3)")
+    ap.add_argument("--only", choices=("engine", "cold", "bare"),
+                    help="one side only (no ratio; for working on one side)")
+    ap.add_argument("--no-cadence", action="store_true", help="skip the checkpoint-share run")
     args = ap.parse_args(argv)
     if args.pairs < 1:
         ap.error(f"--pairs must be >= 1, got {args.pairs}")
@@ -169,16 +190,22 @@ def main(argv: list[str] | None = None) -> None:
                 os.environ["ELASTIC_TRAIN_HOME"] = str(home)
                 for i in range(args.pairs):
                     pair: dict = {}
-                    for side in (("bare", "engine") if i % 2 == 0 else ("engine", "bare")):
+                    sides = ("bare", "engine", "cold")
+                    for side in (sides if i % 2 == 0 else sides[::-1]):
+                        if args.only and side != args.only:
+                            continue
                         if side == "bare":
                             pair["bare"] = bare_ray_train(home / f"bare-{i}")
                         else:
-                            pair["engine"] = engine_recovery(home / f"engine-{i}")
+                            pair[side] = engine_recovery(home / f"{side}-{i}", spares=side == "engine")
                     pairs.append(pair)
-                cadence = checkpoint_share(home)
+                cadence = {} if args.no_cadence else checkpoint_share(home)
         finally:
             ray.shutdown()
             cluster.shutdown()
+    if args.only:
+        print(json.dumps({"benchmark": "recovery", "only": args.only, "pairs": pairs}, indent=2))
+        return
     engines = [p["engine"] for p in pairs]
     median_engine = sorted(engines, key=lambda e: e["recovery_s"])[len(engines) // 2]  # its phases are reported
     print(json.dumps({
@@ -189,6 +216,10 @@ def main(argv: list[str] | None = None) -> None:
         "bare_ray_train_recovery_s": _median([p["bare"] for p in pairs]),
         "goal_recovery_s": 10.0,
         "engine_over_bare": _median([p["engine"]["recovery_s"] / p["bare"] for p in pairs]),
+        # the same engine with failure.spare_workers=0: every new worker a cold process (a fault before the
+        # spares are warm: train/spares.py)
+        "engine_cold_recovery_s": _median([p["cold"]["recovery_s"] for p in pairs]),
+        "engine_cold_over_bare": _median([p["cold"]["recovery_s"] / p["bare"] for p in pairs]),
         "engine_recomputed_steps": median_engine["recomputed_steps"],
         # the same recovery from the fault itself to the first step after it, split where the workers can see:
         # ray_restart_s + worker_setup_s are Ray Train's, build_s + restore_s + first_step_s ours (docs/faults.md)
@@ -198,7 +229,9 @@ def main(argv: list[str] | None = None) -> None:
         "engine_ray_train_phases_s": median_engine["ray_train_phases_s"],
         "pairs": [{"engine_recovery_s": round(p["engine"]["recovery_s"], 2), "bare_ray_train_recovery_s":
                    round(p["bare"], 2), "engine_phases_s": p["engine"]["phases_s"],
-                   "engine_ray_train_phases_s": p["engine"]["ray_train_phases_s"]} for p in pairs],
+                   "engine_ray_train_phases_s": p["engine"]["ray_train_phases_s"],
+                   "engine_spares": p["engine"]["spares"], "engine_cold_recovery_s": round(p["cold"]["recovery_s"], 2),
+                   "engine_cold_phases_s": p["cold"]["ray_train_phases_s"]} for p in pairs],
         "checkpoint_share": round(cadence["share"], 4),
         "goal_checkpoint_share": 0.02,
         "checkpoint_s": round(cadence["checkpoint_s"], 3),
