@@ -244,8 +244,8 @@ class FailureConfig(Section):
         30.0, gt=0.0, description="Wait this long for a Ray address to answer (TCP, then ray.init); then exit 2."
     )
     spare_workers: int | Literal["auto"] = Field(
-        "auto", description="Warm worker processes each node keeps ready for a restart (torch imported; ~0.4 GB "
-        "of memory each, no CPU while idle); auto = one per training worker on the node, 0 = none "
+        "auto", description="Warm worker processes each node keeps ready for a restart (torch imported; ~0.45 GB "
+        "of memory each, ~1 % of a core while idle); auto = one per training worker on the node, 0 = none "
         "(docs/faults.md#warm-spares)."
     )
     spares_after_s: float = Field(

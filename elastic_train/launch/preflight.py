@@ -116,7 +116,7 @@ class PreflightReport:
 # ---------------------------------------------------------------------------------------- static
 
 
-SPARE_RSS_GB = 0.4  # a spare's resident memory on this project's machines (docs/faults.md#warm-spares)
+SPARE_RSS_GB = 0.45  # a warm spare's resident memory on this project's machines (440 MB) (docs/faults.md#warm-spares)
 
 
 def worker_resources(cfg: JobConfig, use_gpu: bool) -> dict[str, float]:

@@ -20,7 +20,7 @@ processes ready:
 
 Ray starts a spare at its worker niceness (15); its keeper puts it at 0, as training workers are, or on a
 machine whose cores training fills it would import for as long as training runs (measured: not warm after a
-minute on 2 cores). Its start costs a few seconds of one core, once; warm, it uses no CPU and ~0.4 GB of
+minute on 2 cores). Its start costs ~8 s of one core, once; warm, it uses ~1 % of a core and ~0.45 GB of
 memory (docs/faults.md#warm-spares). Spares end with the job (Ray reaps a finished job's idle workers) or,
 within a long-lived driver, once their keep-alive has run out and their node has more idle workers than free
 CPUs; a later run of the same job and environment (a sweep's next trial, a notebook's next run) starts on

@@ -73,3 +73,18 @@ def test_the_trainer_leaves_a_jobs_own_setup_hook_in_place(monkeypatch):
     assert spare_worker_env({})[SETUP_HOOK_ENV] == PRELOAD
     monkeypatch.setenv(SETUP_HOOK_ENV, "users.own_hook")  # ray job submit --runtime-env-json with a hook
     assert SETUP_HOOK_ENV not in spare_worker_env({})
+
+
+@pytest.mark.parametrize(("setting", "line"), [("auto", "spares: one per worker on each node from 60 s"),
+                                               (2, "spares: 2 on each node from 60 s"), (0, None)])
+def test_the_preflight_says_what_the_spares_cost(setting, line):
+    from elastic_train.launch.preflight import NodeInfo, PreflightReport
+
+    report = PreflightReport([NodeInfo("n", "127.0.0.1", 2, 0)], False, {"CPU": 1.0}, fit_workers=2,
+                             requested=(2, 2), storage_path="/tmp", storage_shared=None, plans=[],
+                             data={"train_samples": 1, "val_samples": 1}, model_parameters=1,
+                             spare_workers=setting, spares_after_s=60.0)
+    spares = [x for x in report.render().splitlines() if "spares:" in x]
+    assert spares == ([] if line is None else [spares[0]]) and (line is None or line in spares[0])
+    assert line is None or "GB of memory each" in spares[0]
+    assert report.to_dict()["spare_workers"] == setting
