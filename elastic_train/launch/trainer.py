@@ -106,8 +106,8 @@ def spare_worker_env(env_vars: dict[str, str]) -> dict[str, str]:
     import ray
 
     job_env = dict(ray.get_runtime_context().runtime_env.get("env_vars") or {}) if ray.is_initialized() else {}
-    hook = {k: v for k, v in {**os.environ, **job_env}.items() if k == SETUP_HOOK_ENV}
-    return worker_env(SETUP_HOOK_ENV, {**env_vars, **hook})
+    hook = job_env.get(SETUP_HOOK_ENV) or os.environ.get(SETUP_HOOK_ENV)
+    return worker_env(SETUP_HOOK_ENV, {**env_vars, **({SETUP_HOOK_ENV: hook} if hook else {})})
 
 
 def _ray_train_env(cfg: JobConfig) -> None:

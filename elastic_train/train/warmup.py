@@ -104,7 +104,7 @@ def preload() -> None:
     Ray Train's torch backend (torch with it) here, then the training worker's modules on a thread. The first
     part every Train worker imports anyway before its process group forms, and it must be whole before
     anything else imports Ray Train (two threads importing it at once meet a half-initialised package); the
-    thread's part loads while Ray Train forms the group (as train/warmup.py does). In a spare all of it is done
+    thread's part loads while Ray Train forms the group (as :class:`WorkerWarmup` does). In a spare all of it is done
     long before it is used. Never raises: a failing hook makes Ray end the process, and the real imports
     report their own errors."""
     def rest() -> None:

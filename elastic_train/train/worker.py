@@ -212,7 +212,7 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None, spare_workers: in
     tracker = tracker_for(spec, rank, res.tracking_relay)
     ledger = _RayLedger(res.ledger, res.ledger_key) if res.ledger is not None and rank == 0 else None
     fault = FaultHook.from_env(rank, args.fault)
-    spares = SpareKeeper.for_this_worker(spare_workers, spares_after_s, fault.note) if spare_workers != 0 else None
+    spares = SpareKeeper.for_this_worker(spare_workers, spares_after_s, fault.note)
     return Host(
         rank, world, device, console, tracker,
         goodput=GoodputReporter(ledger, console.line, args.launched),
