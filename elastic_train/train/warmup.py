@@ -56,6 +56,7 @@ class WorkerWarmup(WorkerCallback):
         self.markers = markers
 
     def after_init_train_context(self) -> None:
+        match_ray_threads()
         threading.Thread(target=warm_imports, name="elastic-train-warmup", daemon=True).start()
         bind_gloo_to_ray_interface()
         if self.markers:
@@ -69,6 +70,18 @@ class WorkerWarmup(WorkerCallback):
             rank = ray.train.get_context().get_world_rank()
             append_marker(self.markers, f"phases.rank{rank}.jsonl", "context", pid=os.getpid(), rank=rank,
                           process_start=process_start_unix())
+
+
+def match_ray_threads() -> None:
+    """torch's intra-op threads as Ray set them for this actor (``OMP_NUM_THREADS`` = its CPUs, set when the actor
+    is placed). A process that imported torch before that (a spare: :func:`preload`) would keep torch's default,
+    one thread per core: more threads than the worker's CPUs, and other floating-point sums than a cold start."""
+    import sys
+
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch = sys.modules.get("torch")
+    if torch is not None and threads.isdigit() and int(threads) > 0 and torch.get_num_threads() != int(threads):
+        torch.set_num_threads(int(threads))
 
 
 def bind_gloo_to_ray_interface() -> None:

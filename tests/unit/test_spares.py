@@ -5,6 +5,7 @@ tests/distributed/test_spares.py; these are the parts that need no Ray."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -88,3 +89,16 @@ def test_the_preflight_says_what_the_spares_cost(setting, line):
     assert spares == ([] if line is None else [spares[0]]) and (line is None or line in spares[0])
     assert line is None or "GB of memory each" in spares[0]
     assert report.to_dict()["spare_workers"] == setting
+
+
+def test_a_worker_that_imported_torch_before_ray_placed_it_uses_rays_thread_count():
+    """A spare imports torch before Ray sets OMP_NUM_THREADS for the actor placed on it; the worker's warm-up then
+    sets torch's intra-op threads to it (else one per core: other sums than a cold start; seen as another
+    params_sha256 of the demo)."""
+    code = ("import os, torch; before = torch.get_num_threads(); os.environ['OMP_NUM_THREADS'] = '1'; "
+            "from elastic_train.train.warmup import match_ray_threads; match_ray_threads(); "
+            "print(before, torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"})
+    before, after = map(int, out.stdout.split())
+    assert after == 1 and before >= 1
