@@ -15,14 +15,15 @@ PORT=${RAY_PORT:-6379}
 DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-8265}
 GPUS=$(count_gpus)
 
-# How fast a silent node (a lost host, a cut link) is declared dead: the GCS health-checks every raylet each
-# PERIOD, each check failing after TIMEOUT; THRESHOLD failures in a row and the node is dead. Ray's defaults
-# (3000 ms, 10000 ms, 5) take 15-45 s. Ours (1000 ms, 1000 ms, 8): dead after ~8-10 s, and a blip shorter than
-# ~7 s (a switch reboot, a head briefly cut off) is survived. Read by the GCS at `ray start --head` (Ray's
-# system config as RAY_<name>); set them in the environment to override. docs/clusters.md has the table.
+# How fast a silent node (a lost host, a cut link) is declared dead: the GCS health-checks every raylet; a
+# check fails after TIMEOUT, the next one starts PERIOD after that, and THRESHOLD failures in a row make the node
+# dead: THRESHOLD x (PERIOD + TIMEOUT) of silence. Ray's defaults (3000 ms, 10000 ms, 5) take 65 s. Ours (1000 ms,
+# 1000 ms, 5): dead after 9-10 s, and a blip shorter than 8 s (a switch reboot, a head briefly cut off) is
+# survived. Read by the GCS at `ray start --head` (Ray's system config as RAY_<name>); set them in the
+# environment to override. docs/clusters.md has the table; tests/unit/test_cluster_scripts.py checks the sum.
 export RAY_health_check_period_ms=${RAY_health_check_period_ms:-1000}
 export RAY_health_check_timeout_ms=${RAY_health_check_timeout_ms:-1000}
-export RAY_health_check_failure_threshold=${RAY_health_check_failure_threshold:-8}
+export RAY_health_check_failure_threshold=${RAY_health_check_failure_threshold:-5}
 
 if ! has_token; then
   if [ -n "${RAY_AUTH_TOKEN_PATH:-}" ]; then
