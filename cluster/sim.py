@@ -4,7 +4,7 @@
     eval "$(python -m cluster.sim env)"        # the laptop's side: dashboard, token, S3, MLflow
     ray job submit --working-dir . --runtime-env-json "$SIM_RUNTIME_ENV" -- python -m jobs.train ...
     python -m cluster.sim kill 2               # host loss: every process of host 2, SIGKILL, at once
-    python -m cluster.sim join 2               # host 2 back: cluster/local/add-worker.sh again
+    python -m cluster.sim join 2               # host 2 back after a kill: add-worker.sh --rejoin again
     python -m cluster.sim partition 2          # host 2's link down (heal 2: up again)
     python -m cluster.sim exec 1 -- ray status # a command on host 1 (its network, its /tmp)
     python -m cluster.sim status | down
@@ -13,8 +13,9 @@ Each host is a network namespace with its own address on one Linux bridge (198.1
 reserved for such tests: nothing leaves the machine) and its own ``/tmp`` (a folder of the harness bound onto
 ``/tmp`` in the host's mount namespace: its own Ray session dir, sockets and spill). Hosts share the rest of the
 file system, as machines that mount the same code and venv do. The hosts are started with the scripts users run,
-unchanged: ``cluster/local/start-head.sh`` on host 0 (token auth on), ``cluster/local/add-worker.sh HEAD:6379``
-on the others, each host with its own HOME (the token copied to it, as a user would ``scp`` it).
+unchanged: ``cluster/local/start-head.sh`` on host 0 (token auth on), ``cluster/local/add-worker.sh HEAD:6379
+--rejoin`` on the others (each joins again by itself after Ray declared it dead), each host with its own HOME
+(the token copied to it, as a user would ``scp`` it).
 
 The root namespace is the laptop, at the bridge's address ``.1``: its ``ray job submit`` reaches the head's
 dashboard, which listens on the head's 127.0.0.1 only, through a forwarder (what ``ssh -L`` does for a user): a
@@ -32,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -377,12 +379,14 @@ def _start_head(sim: Sim) -> None:
 
 
 def join(sim: Sim, index: int, wait: bool = True) -> None:
-    """``cluster/local/add-worker.sh HEAD:6379`` on host ``index`` (again, after a ``kill``)."""
+    """``cluster/local/add-worker.sh HEAD:6379 --rejoin`` on host ``index`` (again, after a ``kill``): its
+    supervisor joins the host again by itself after a partition that made Ray declare it dead."""
     host = sim.host(index)
     if index == 0:
         raise SimError("host=0 is the head: it is started by `up`, not joined")
     want = len(alive_nodes(sim)) + 1
-    argv = ["bash", str(ROOT / "cluster/local/add-worker.sh"), sim.gcs_address, f"--num-cpus={sim.worker_cpus:g}",
+    argv = ["bash", str(ROOT / "cluster/local/add-worker.sh"), sim.gcs_address, "--rejoin",
+            f"--num-cpus={sim.worker_cpus:g}",
             "--object-store-memory=200000000"]
     log = Path(sim.state) / "logs" / f"host{index}.log"
     with open(log, "ab") as out:
@@ -522,6 +526,13 @@ def status(sim: Sim) -> list[str]:
     return lines
 
 
+def _links(bridge: str) -> list[str]:
+    """The root namespace's ends of the hosts' veth pairs on ``bridge``."""
+    out = run(["ip", "-o", "link", "show"], check=False).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2]
+    return [n for n in names if re.fullmatch(rf"{re.escape(bridge)}(svc|h\d+)", n)]
+
+
 def down(sim: Sim | None = None, bridge: str = DEFAULT_BRIDGE, say=print) -> int:
     """End every process the harness started and remove its namespaces and bridge. Works from the state file
     when there is one, and from the names (``<bridge>-*`` namespaces) when there is not."""
@@ -535,6 +546,15 @@ def down(sim: Sim | None = None, bridge: str = DEFAULT_BRIDGE, say=print) -> int
         ended += kill_all(ns, grace_s=2.0)
         run(["ip", "netns", "del", ns], check=False)
     run(["ip", "link", "del", bridge], check=False)
+    # A deleted namespace is torn down by the kernel later, its veth with it; an `up` right after could meet the
+    # old host's link ("File exists"). Delete what is left ourselves and wait until it is gone (bounded).
+    deadline = time.monotonic() + 30
+    while links := _links(bridge):
+        for link in links:
+            run(["ip", "link", "del", link], check=False)
+        if time.monotonic() > deadline:
+            raise SimError(f"links {', '.join(links)} still there 30 s after their namespaces were deleted")
+        time.sleep(0.2)
     say(f"cluster.sim: down: {len(namespaces)} namespace(s), {ended} process(es) ended, bridge {bridge} removed")
     return ended
 

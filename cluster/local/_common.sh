@@ -41,3 +41,16 @@ has_flag() {  # has_flag --block "$@"
   for a in "$@"; do [ "$a" = "$flag" ] && return 0; done
   return 1
 }
+
+rejoin_file() {  # rejoin_file pid|log: the --rejoin supervisor's files on this machine
+  echo "${TMPDIR:-/tmp}/elastic-train-rejoin.$1"
+}
+
+rejoin_pid() {  # prints the live supervisor's pid; fails when there is none
+  local file pid
+  file=$(rejoin_file pid)
+  [ -s "$file" ] || return 1
+  pid=$(cat "$file")
+  kill -0 "$pid" 2>/dev/null || return 1
+  echo "$pid"
+}

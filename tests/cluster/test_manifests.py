@@ -386,3 +386,39 @@ def test_local_scripts_parse_and_add_worker_refuses_without_the_token(tmp_path):
     out = subprocess.run(["bash", str(CLUSTER / "local" / "add-worker.sh"), "127.0.0.1:1"], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=False)
     assert out.returncode == 2 and "no token" in out.stderr
+
+
+def test_add_worker_rejoin_refuses_block_and_a_second_supervisor(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(RAY_AUTH_TOKEN="x" * 32, TMPDIR=str(tmp_path))
+    add = ["bash", str(CLUSTER / "local" / "add-worker.sh"), "127.0.0.1:1", "--rejoin"]
+    out = subprocess.run([*add, "--block"], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 2 and "drop --block" in out.stderr, out.stderr
+    with subprocess.Popen(["sleep", "60"]) as alive:  # a live supervisor's pid in this machine's pid file
+        (tmp_path / "elastic-train-rejoin.pid").write_text(str(alive.pid))
+        out = subprocess.run(add, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        alive.kill()
+    assert out.returncode == 2 and f"already kept in a cluster by pid {alive.pid}" in out.stderr, out.stderr
+
+
+HEALTH = ("RAY_health_check_period_ms", "RAY_health_check_timeout_ms", "RAY_health_check_failure_threshold")
+
+
+def test_a_silent_node_is_declared_dead_within_15_s_everywhere():
+    """Ray's GCS starts a node's next health check a period after the last one failed (its timeout):
+    dead after threshold x (period + timeout) of silence. The same values in start-head.sh, in every KubeRay head
+    and in docs/clusters.md's table."""
+    script = (CLUSTER / "local" / "start-head.sh").read_text()
+    ours = {name: int(re.search(rf"export {name}=\${{{name}:-(\d+)}}", script).group(1)) for name in HEALTH}
+    period, timeout, threshold = (ours[n] for n in HEALTH)
+    assert threshold * (period + timeout) <= 15_000, ours
+    assert (threshold - 1) * (period + timeout) >= 5_000, ours  # a head cut off for 5 s is survived
+    heads = [d["spec"].get("rayClusterSpec", d["spec"])["headGroupSpec"] for p in KUBERAY_FILES
+             for d in documents(p) if d["kind"] in ("RayCluster", "RayJob")]
+    assert len(heads) == 3
+    for head in heads:
+        env = {e["name"]: e["value"] for e in head["template"]["spec"]["containers"][0]["env"]}
+        assert {n: int(env[n]) for n in HEALTH} == ours
+    table = (ROOT / "docs" / "clusters.md").read_text()
+    for name in HEALTH:
+        assert re.search(rf"\| `{name}` \| \d+ \| {ours[name]} \|", table), name

@@ -4,8 +4,8 @@ sample-id trace), one MLflow run with every step's ``train_loss`` once, and a bo
 
 The hosts are network namespaces with their own address and ``/tmp`` on one bridge; Ray is started on them by
 ``cluster/local/start-head.sh`` and ``add-worker.sh``; jobs are submitted from the root namespace (the laptop)
-through the head's dashboard. Detection of a silent node is set by start-head.sh (health checks every 1 s, dead
-after 5 misses).
+through the head's dashboard. Detection of a silent node is set by start-head.sh (a check every 1 s, each failing
+after 1 s; dead after 5 failures: ~10 s); the worker hosts are joined with ``add-worker.sh --rejoin``.
 """
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
     assert summary["world_sizes"][:3] == [2, 1, 2], summary["world_sizes"]
 
 
-def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice(sim):
-    g, epochs = 32, 3
+def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice_and_rejoins(sim):
+    g, epochs = 32, 5  # long enough to grow back after the heal (rejoin, Ray's node view, a group restart)
     job = two_host_run(sim, "hosts-c", epochs, g)
     victim = _rank0_host(sim, job)  # its metrics sender is cut off with it, and talks again after the heal
     simulator.partition(sim, victim)
@@ -129,19 +129,25 @@ def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice(sim)
     finally:
         simulator.heal(sim, victim)
     t_heal = time.time()
+    # the healed host's raylet exits ("marked as dead"); add-worker.sh --rejoin joins it again, and the run grows
+    wait_for(lambda: gone in {n.get("node_ip") for n in simulator.alive_nodes(sim)}, 120,
+             "the healed host to rejoin by itself", job)
+    rejoined_s = time.time() - t_heal
+    wait_for(lambda: any(r["world_size"] == 2 and r["t"] > t_heal for r in read_trace(job.trace)), 240,
+             "training on both hosts again", job)
+    regrown_s = time.time() - t_heal
     assert job.wait(400) == 0, job.console()[-3000:]
-    _finished_once(job, epochs, g, wall_s=600)
+    summary = _finished_once(job, epochs, g, wall_s=900)
+    assert summary["world_sizes"][:3] == [2, 1, 2], summary["world_sizes"]
     records = read_trace(job.trace)
     first = min(r["attempt"] for r in records)
     stale = [r for r in records if r["t"] > t_heal and r["attempt"] == first]
     assert stale == [], stale[:3]  # nothing from the cut-off worker group once it could talk again
     steps_attempts = _checkpoint_attempts(sim, job.name)
     assert [a for _, a in steps_attempts] == sorted(a for _, a in steps_attempts), steps_attempts
-    print(f"hosts-c: declared dead after {detected_s:.1f} s, training again after {recovered_s:.1f} s")
-    # start-head.sh's health check: dead after 8 missed 1 s checks, ~9 s on a quiet box; 16.6 s seen through the
-    # dashboard's node list under a load average of 20 on 2 cores
-    assert detected_s <= 25, detected_s
+    print(f"hosts-c: declared dead after {detected_s:.1f} s, training again after {recovered_s:.1f} s; "
+          f"rejoined {rejoined_s:.1f} s and training on both hosts {regrown_s:.1f} s after the heal")
+    # start-head.sh's health check: dead after 5 x (1 s + 1 s) of silence, ~10 s, seen through the dashboard's
+    # node list (15 s is the issue's bound)
+    assert detected_s <= 15, detected_s
     assert recovered_s < 90, recovered_s  # + a new group on the host left, restore, a step (loaded 2-core box)
-    # the healed host's raylet exits ("marked dead"); put it back for the next test
-    simulator.kill(sim, victim)
-    simulator.join(sim, victim)
