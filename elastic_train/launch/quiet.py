@@ -36,6 +36,14 @@ Two lines a healthy run would otherwise show:
   start at once on a small node (a streamed run's Ray Data tasks, a restarting worker group): nothing for the
   run to act on, and the raylet's log keeps it. Ray's driver prints those pushes itself, not through the
   dispatcher, so :func:`filter_forwarded_lines` wraps that printer too (compat.ray_core).
+* A host cut off longer than the head's health check allows (docs/clusters.md) is declared dead; when its link
+  comes back its raylet learns it and exits with a C++ FATAL and a ~20-line stack trace, which reaches the
+  console twice (the raylet's own output, and the head's ``Raylet is terminated ...`` push with the log's tail).
+  Each becomes one line saying what happened; the raylet's log keeps the trace. Only that cause is condensed: a
+  raylet that crashes for any other reason prints as Ray prints it.
+* A worker of a group that was already replaced (its host was cut off, the run restarted without it) fails
+  when its link returns, with ``Error in training function`` and the traceback of gloo's ``Connection reset by
+  peer`` / ``Connection closed by peer``: one line, naming the worker and gloo's reason.
 """
 
 from __future__ import annotations
@@ -160,6 +168,26 @@ def _worker_death(lines: list[Any], i: int) -> tuple[int, str] | None:
     return j, f"{who} died{why}; the worker group restarts from its last checkpoint"
 
 
+# A worker's training function failing on gloo's lost connection to a peer (the peer's process or host is gone):
+# Ray Train's "Error in training function:" and a ~20-line traceback down to torch's all_reduce. One line.
+_TRAIN_FN_ERROR = re.compile(r"^Error in training function:$")
+_PEER_LOST_END = re.compile(r"^RuntimeError: \[[^\]]*gloo[^\]]*\] .*?"
+                            r"(Connection reset by peer|Connection closed by peer|Socket Timeout|Timed out waiting)")
+
+
+def _peer_lost(lines: list[Any], i: int) -> tuple[int, str] | None:
+    """``(index after the block, its one line)`` when a gloo lost-peer failure of a worker starts at ``lines[i]``."""
+    if not (isinstance(lines[i], str) and _TRAIN_FN_ERROR.search(lines[i])):
+        return None
+    j = _traceback_end(lines, i + 1, _PEER_LOST_END)
+    if j is None:
+        return None
+    reason = _PEER_LOST_END.search(lines[j - 1]).group(1)
+    while j < len(lines) and lines[j] == "":
+        j += 1
+    return j, f"this worker's process group lost a peer (gloo: {reason}); its group ends and restarts without it"
+
+
 def without_benign_blocks(lines: list[Any]) -> list[Any]:
     """``lines`` less each benign block: its start line, a traceback, and its end line (all or nothing); a worker
     death's block becomes one line with what died and why."""
@@ -169,7 +197,7 @@ def without_benign_blocks(lines: list[Any]) -> list[Any]:
         if after is not None:
             i = after
             continue
-        death = _worker_death(lines, i)
+        death = _worker_death(lines, i) or _peer_lost(lines, i)
         if death is not None:
             i = death[0]
             out.append(death[1])
@@ -189,11 +217,36 @@ class _WithoutBenignLines:
         lines = data.get("lines") or []
         kept = [line for line in without_benign_blocks(lines)
                 if not (isinstance(line, str) and BENIGN_FORWARDED_LINES.search(line))]
+        if data.get("pid") == "raylet":
+            kept = without_declared_dead_trace(kept)
         if kept != lines:
             if not kept:
                 return
             data = {**data, "lines": kept}
         self.inner(data)
+
+
+# A raylet that the head declared dead (its host was cut off past the health check) and that learns it when its
+# link returns: Ray 2.60's FATAL line from node_manager.cc, then "*** StackTrace Information ***" and C++ frames.
+_DECLARED_DEAD = re.compile(r"GCS consider this node to be dead\.")
+_STACK_LINE = re.compile(r"^\s*(\*\*\* StackTrace Information \*\*\*|\S+\(\S*\+0x[0-9a-f]+\) \[0x[0-9a-f]+\].*)?\s*$")
+DECLARED_DEAD_LINE = ("this node's raylet exits: the head declared the node dead while it could not be reached "
+                      "(a host rejoins with cluster/local/add-worker.sh --rejoin); the trace is in its raylet.out")
+
+
+def without_declared_dead_trace(lines: list[Any]) -> list[Any]:
+    """A raylet batch less the FATAL trace of a node the head declared dead: one line in its place. Any other
+    raylet output (another FATAL included) is kept as it came."""
+    if not any(isinstance(line, str) and _DECLARED_DEAD.search(line) for line in lines):
+        return lines
+    out: list[Any] = []
+    for line in lines:
+        if isinstance(line, str) and _DECLARED_DEAD.search(line):
+            if DECLARED_DEAD_LINE not in out:
+                out.append(DECLARED_DEAD_LINE)
+        elif not (isinstance(line, str) and _STACK_LINE.match(line)):
+            out.append(line)
+    return out
 
 
 # What a raylet pushes to every driver on the cluster, known to be harmless for a run: the startup-concurrency
@@ -205,6 +258,15 @@ BENIGN_RAYLET_LINES = re.compile(
 )
 
 
+# The head's push when a raylet ends: "Raylet is terminated. Termination is unexpected. ..." with the tail of its
+# log; for a node declared dead, that tail is the FATAL trace above (its message, or its frames: the check-alive
+# reply that told the raylet). One line.
+_RAYLET_TERMINATED = re.compile(r"^Raylet is terminated\. Termination is unexpected\.")
+_DEAD_IN_TAIL = re.compile(r"GCS consider this node to be dead\.|NodeInfoAccessor::AsyncCheckAlive")
+TERMINATED_DECLARED_DEAD_LINE = ("Raylet is terminated: the head had declared its node dead while it could not be "
+                                 "reached (a host rejoins with cluster/local/add-worker.sh --rejoin)")
+
+
 class _WithoutBenignRayletLines:
     """Wraps Ray's ``print_to_stdstream``: a raylet's batch less its known-benign lines."""
 
@@ -214,10 +276,12 @@ class _WithoutBenignRayletLines:
     def __call__(self, data: dict[str, Any], ignore_prefix: bool) -> None:
         if data.get("pid") == "raylet":
             lines = data.get("lines") or []
-            kept = [line for line in lines if not (isinstance(line, str) and BENIGN_RAYLET_LINES.search(line))]
+            kept = [TERMINATED_DECLARED_DEAD_LINE if isinstance(line, str) and _RAYLET_TERMINATED.search(line)
+                    and _DEAD_IN_TAIL.search(line) else line
+                    for line in lines if not (isinstance(line, str) and BENIGN_RAYLET_LINES.search(line))]
             if not kept:
                 return
-            if len(kept) != len(lines):
+            if kept != lines:
                 data = {**data, "lines": kept}
         self.inner(data, ignore_prefix)
 

@@ -170,3 +170,62 @@ def test_the_same_shutdown_failing_for_another_reason_prints_whole():
     other = [*WORKER_DEATH[:-7], "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready."]
     assert without_benign_blocks(other) == other
     assert without_benign_blocks(WORKER_DEATH[:-7]) == WORKER_DEATH[:-7]  # cut short by a batch: as it came
+
+
+# Ray 2.60 on separate hosts (tests/hosts, 2026-12-06): a host cut off for 30 s, declared dead, its link back.
+FRAME = ("/work/main/.venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet(+0x6af46e) [0x55e5eee0346e] "
+         "ray::gcs::NodeInfoAccessor::AsyncCheckAlive()::{lambda()#1}::operator()()")
+RAYLET_FATAL = [
+    "[2026-12-06 03:04:36,158 C 3843 3843] (raylet) node_manager.cc:519: GCS consider this node to be dead. This may "
+    "happen when GCS is not backed by a DB and restarted or there is data loss in the DB.",
+    "*** StackTrace Information ***", FRAME, FRAME,
+    "/lib/x86_64-linux-gnu/libc.so.6(__libc_start_main+0x85) [0x7f6369445305] __libc_start_main", "",
+]
+PEER_LOST = [
+    "Error in training function:",
+    "Traceback (most recent call last):",
+    '  File ".../elastic_train/train/metrics.py", line 76, in reduce',
+    "    dist.all_reduce(buf)",
+    '  File ".../torch/distributed/distributed_c10d.py", line 3252, in all_reduce',
+    "    work.wait()",
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+    "[198.18.9.12]:43169: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in "
+    "the application. Check the logs of the remote worker before reporting an error. GLHF!",
+    "",
+]
+
+
+def test_a_raylet_declared_dead_prints_one_line_not_its_stack_trace():
+    from elastic_train.launch.quiet import DECLARED_DEAD_LINE
+
+    printed = []
+    _WithoutBenignLines(printed.append)({"pid": "raylet", "ip": "198.18.9.11", "lines": ["before", *RAYLET_FATAL]})
+    assert printed == [{"pid": "raylet", "ip": "198.18.9.11", "lines": ["before", DECLARED_DEAD_LINE]}]
+    # a raylet crashing for another reason keeps its trace; a worker's own output is never touched
+    other = ["[... C ...] (raylet) node_manager.cc:1: Check failed: something", *RAYLET_FATAL[1:]]
+    printed.clear()
+    _WithoutBenignLines(printed.append)({"pid": "raylet", "lines": other})
+    _WithoutBenignLines(printed.append)({"pid": 4242, "lines": RAYLET_FATAL})
+    assert [d["lines"] for d in printed] == [other, RAYLET_FATAL]
+
+
+def test_the_heads_raylet_terminated_push_for_a_dead_node_becomes_one_line(capsys):
+    from elastic_train.launch.quiet import TERMINATED_DECLARED_DEAD_LINE, _WithoutBenignRayletLines
+
+    printed = []
+    push = ("Raylet is terminated. Termination is unexpected. Possible reasons include: (1) SIGKILL by the user or "
+            "system OOM killer, ... Last 20 lines of the Raylet logs:\n    *** StackTrace Information ***\n    "
+            + FRAME)
+    _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [push]}, False)
+    assert printed == [{"pid": "raylet", "lines": [TERMINATED_DECLARED_DEAD_LINE]}]
+    oom = push.replace(FRAME, "[... E ...] oom killer")
+    _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [oom]}, False)
+    assert printed[-1]["lines"] == [oom]
+
+
+def test_a_workers_lost_peer_traceback_becomes_one_line_and_other_errors_print_whole():
+    assert without_benign_blocks(["a", *PEER_LOST, "b"]) == [
+        "a", "this worker's process group lost a peer (gloo: Connection reset by peer); its group ends and "
+        "restarts without it", "b"]
+    user_bug = [*PEER_LOST[:-2], "ZeroDivisionError: division by zero"]
+    assert without_benign_blocks(user_bug) == user_bug
