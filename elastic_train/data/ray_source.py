@@ -321,14 +321,20 @@ def _user_dataset(function: str, options: dict[str, Any]) -> Any:
 
 @contextmanager
 def _quiet_ray_data() -> Iterator[None]:
-    """Ray Data logs every execution plan at INFO on the driver; a healthy run prints our lines only."""
-    log = logging.getLogger("ray.data")
-    level = log.level
-    log.setLevel(logging.ERROR)
+    """Ray Data logs every execution plan at INFO (and that progress bars are off, at WARNING) on the driver; a
+    healthy run prints our lines only. Its console handler goes quiet for the block; its ray-data.log keeps
+    everything. ``import ray.data`` (re)configures the "ray.data" logger, so it comes first."""
+    import ray.data  # noqa: F401
+
+    consoles = [h for h in logging.getLogger("ray.data").handlers if isinstance(h, logging.StreamHandler)]
+    levels = [h.level for h in consoles]
+    for h in consoles:
+        h.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        log.setLevel(level)
+        for h, level in zip(consoles, levels, strict=True):
+            h.setLevel(level)
 
 
 def _collect(ds: Any, columns: list[str]) -> dict[str, np.ndarray]:

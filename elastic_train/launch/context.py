@@ -126,7 +126,9 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
 
     from elastic_train.launch import reach
 
-    if ray.is_initialized():
+    if ray.is_initialized():  # a notebook's or a test's own ray.init: the same console filters
+        quiet_ray_driver_logs()
+        filter_forwarded_lines()
         return "already connected"
     target = reach.choose(address, timeout_s)
     if target.warning:
