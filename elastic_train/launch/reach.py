@@ -133,8 +133,10 @@ AUTH_PROBE_S = 5.0  # the GCS answers its cheapest call in milliseconds; an exit
 def client_token(environ: Mapping[str, str] = os.environ, automatic: bool = False) -> tuple[str | None, str]:
     """The token ``ray.init`` will send, and where it comes from. Ray sends one when ``RAY_AUTH_MODE=token``
     (for an explicit address, only then) or, for the head it finds itself (``automatic``), whenever one is
-    available: ``$RAY_AUTH_TOKEN``, else the file ``$RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``."""
-    if environ.get("RAY_AUTH_MODE", "").lower() != "token" and not automatic:
+    available: ``$RAY_AUTH_TOKEN``, else the file ``$RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``. A
+    ``RAY_AUTH_MODE`` that is set is respected either way (``disabled``: no token, also for that head)."""
+    mode = environ.get("RAY_AUTH_MODE")
+    if (mode is not None and mode.lower() != "token") or (mode is None and not automatic):
         return None, "RAY_AUTH_MODE is not token"
     if environ.get("RAY_AUTH_TOKEN"):
         return environ["RAY_AUTH_TOKEN"].strip(), "$RAY_AUTH_TOKEN"
@@ -157,9 +159,18 @@ def check_auth(target: RayTarget, environ: Mapping[str, str] = os.environ,
     if target.embedded or "://" in target.address:
         return
     token, where = client_token(environ, automatic=target.via_file)
-    if not gcs_refuses_token(target.address, token, timeout_s):
-        return
+    refused = gcs_refuses_token(target.address, token, timeout_s)
     name = target.source or "address"
+    if refused is False and token is not None and gcs_refuses_token(target.address, None, timeout_s) is False:
+        # The head has token auth off. ray.init would connect, but this driver's own gRPC server would then demand
+        # the token from the cluster's processes, which send none: its actors are cancelled (exit 1, seen).
+        how = ("unset RAY_AUTH_MODE" if environ.get("RAY_AUTH_MODE") else
+               f"export RAY_AUTH_MODE=disabled (Ray sends the token it finds in {where} to a head it finds itself)")
+        raise ConfigError(name, target.address, f"this Ray cluster has token authentication off and this client "
+                          f"sends a token ({where}): {how}, or start the head with token auth "
+                          "(cluster/local/start-head.sh)")
+    if not refused:
+        return
     if token is None:
         raise ConfigError(name, target.address, "this Ray cluster has token authentication on and this client sends "
                           f"no token ({where}): export RAY_AUTH_MODE=token, with the head's token (its "

@@ -198,6 +198,8 @@ def test_the_client_token_is_read_as_ray_reads_it(tmp_path):
     other.write_text("from-path")
     assert client_token({**env, "RAY_AUTH_TOKEN_PATH": str(other)})[0] == "from-path"
     assert client_token({"HOME": str(tmp_path / "nobody"), "RAY_AUTH_MODE": "token"})[0] is None
+    # an explicit mode is respected, also for the head found by itself (Ray's maybe_enable_token_auth...)
+    assert client_token({"HOME": str(home), "RAY_AUTH_MODE": "disabled"}, automatic=True)[0] is None
 
 
 def test_a_gcs_that_speaks_no_grpc_gives_no_verdict(listener):
