@@ -25,8 +25,10 @@ digits preset with ``scaling.num_workers=[1,N]`` as a subprocess it can SIGKILL.
 ``--bridge etchaos0``, 198.18.5.0/24): a head with 0 CPUs and two worker hosts of 1 CPU each, checkpoints in
 ``s3://sim/runs``, the job submitted from the laptop with ``ray job submit`` (``HostsWorld``). Its kinds: the
 worker kinds; ``host`` (every process of rank 0's host SIGKILLed at once, the host joined again with
-``add-worker.sh`` 3 steps later); ``partition`` (rank 0's host's link down 10-20 s, drawn from the seed, then up;
-its raylet exits when it hears it was declared dead, the leftovers are killed and the host joins again);
+``add-worker.sh`` 3 steps later); ``partition`` (rank 0's host's link down 15-25 s, drawn from the seed: longer
+than the 10 s in which the head declares a silent node dead; then up: its raylet exits when it hears it was
+declared dead, and ``add-worker.sh --rejoin``'s supervisor joins the host again by itself, ``rejoined_s`` after
+the heal);
 ``driver`` (``ray job stop``, then the same submission again: the run resumes by name); ``mlflow`` (the sim's
 server stopped by its process group, started again with the same command line). ``node`` and ``drain`` are the
 single-host Cluster's. ``detection_s`` of ``host`` and ``partition``: the Train controller's failure decision
@@ -129,7 +131,7 @@ def draw_schedule(seed: int, n_faults: int, total_steps: int, every: int, worker
             windows.append((step, end))
             faults.append({"kind": kind, "mode": kind, "step": step, "until": end, "rank": None})
             if kind == "partition":  # how long the link stays down
-                faults[-1]["down_s"] = round(rng.uniform(10, 20), 1)
+                faults[-1]["down_s"] = round(rng.uniform(15, 25), 1)  # declared dead after ~10 s
             free.discard(step)
         elif kind == "pair":
             second = step + rng.randint(1, max(1, every - 1))
@@ -452,12 +454,20 @@ class HostsWorld(World):
         self.down_hosts.add(index)
         simulator.partition(self.sim, index)
 
-    def heal(self, index: int) -> int:
-        """The link up again; the healed raylet exits by itself ("marked dead"): what is left is killed."""
+    def heal(self, index: int) -> float | None:
+        """The link up again: the healed raylet exits by itself ("marked dead") and the host's ``add-worker.sh
+        --rejoin`` supervisor joins it again as a new node. Returns how long until the host was alive again."""
         from cluster import sim as simulator
 
         simulator.heal(self.sim, index)
-        return simulator.kill(self.sim, index)
+        t = time.monotonic()
+        ip = self.sim.hosts[index].ip
+        if not wait_until(lambda: ip in {n.get("node_ip") for n in simulator.alive_nodes(self.sim)}, 120, poll=0.5):
+            simulator.kill(self.sim, index)  # not back by itself (a problem the report names): join it as before
+            self.add_back({"host": index})
+            return None
+        self.down_hosts.discard(index)
+        return round(time.monotonic() - t, 2)
 
     def add_back(self, ev: dict) -> None:
         from cluster import sim as simulator
@@ -582,7 +592,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
                 if what == "host":  # every process of the host SIGKILLed at once; it joins again a few steps later
                     ev["processes_killed"] = world.kill_host(victim)
                     actions.append(_readd_action(i, step, schedule, events, last_readd))
-                else:  # the link down for down_s, then up, the leftovers killed, the host joined again
+                else:  # the link down for down_s, then up: the host joins again by itself (--rejoin)
                     world.partition(victim)
                     cut[i] = time.monotonic() + schedule[i]["down_s"]
                 continue
@@ -661,8 +671,7 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
 
 def _heal_and_rejoin(world: HostsWorld, ev: dict, step: int) -> None:
     ev.update(healed_unix=time.time(), healed_step=step)
-    ev["leftovers_killed"] = world.heal(ev["host"])
-    world.add_back(ev)
+    ev["rejoined_s"] = world.heal(ev["host"])
     ev.update(readded_step=step, readded_unix=time.time())
 
 
@@ -784,6 +793,8 @@ def by_kind(rows: list[dict]) -> dict:
                      "mean_recovery_s": mean([r.get("recovery_s") for r in rs]),
                      "worst_recovery_s": max((r["recovery_s"] for r in rs if r.get("recovery_s") is not None),
                                              default=None), **phases}
+        if kind == "partition":  # from the heal to the host alive again, joined by its --rejoin supervisor
+            out[kind]["mean_rejoined_s"] = mean([r.get("rejoined_s") for r in rs])
     return out
 
 
@@ -959,6 +970,10 @@ def passed(report: dict) -> list[str]:
         bad.append(f"mlflow restarts {t.get('mlflow_restarts')} != summary {t['restarts']}")
     if not t["goodput_parts_sum_to_wall"]:
         bad.append("goodput parts do not sum to wall")
+    for row in report.get("faults", []):
+        if row["kind"] == "partition" and row.get("fired") and row.get("rejoined_s") is None:
+            bad.append(f"partition at step {row.get('fired_step')}: host {row.get('host')} did not rejoin by itself "
+                       "within 120 s of the heal (add-worker.sh --rejoin)")
     return bad
 
 
