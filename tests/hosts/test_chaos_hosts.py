@@ -36,5 +36,6 @@ def test_the_hosts_campaign_smoke_survives_host_loss_and_partitions(capsys):
     assert {"exit", "host", "partition"} <= set(t["kinds"])
     for row in report["faults"]:
         if row["kind"] in ("host", "partition"):
-            assert row["detection_s"] is not None and row["detection_s"] <= 30, row
+            bound = 15 if row["kind"] == "partition" else 30  # start-head.sh: a silent node is dead after ~10 s
+            assert row["detection_s"] is not None and row["detection_s"] <= bound, row
             assert row.get("recovery_s") is not None, row
