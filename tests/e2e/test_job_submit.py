@@ -130,3 +130,34 @@ def test_two_worker_run_spreads_over_two_nodes(ray_head, second_node):
     workers = [a for a in ray_head.actors(job["job_id"]) if a["class_name"] == "RayTrainWorker"]
     assert len(workers) == 2, workers
     assert {w["node_id"] for w in workers} == nodes
+
+
+# Ray's lines that a healthy or a faulted run must not show on the console (issue 34, items 4, 5 and 13)
+FOREIGN = ("maximum expected startup concurrency", "Failed to query Ray Train Controller", "StackTrace",
+           "Traceback", "execution finished", "Progress bars disabled", "PreemptionWatcher")
+
+
+@pytest.mark.long  # ~2.5 min; make test runs the same filters in-process (tests/distributed/test_ray_data_stream.py)
+def test_a_streamed_run_with_a_killed_worker_on_the_head_prints_its_own_lines_and_one_restart(ray_head, tmp_path):
+    """The cluster path: ``ray job submit`` to a ``start-head.sh`` head, a streamed Ray Data run (1 worker, Ray
+    Data on the other CPU), its worker killed at step 8. The job's log (what ``ray job submit`` tails) holds the
+    project's lines, one restart line and Ray's one-line reason; none of Ray's known chatter, no traceback."""
+    from tests.helpers.ray_data import write_digits_parquet
+
+    write_digits_parquet(str(tmp_path / "digits"), files=4)
+    sid = _sid("stream-kill")
+    args, summary_path, _ = _train_args(
+        ray_head.work, sid, "train.epochs=2", "scaling.num_workers=1", "checkpoint.every_steps=3",
+        "data.name=ray", f"data.path={tmp_path / 'digits'}", "data.features=[pixels]", "data.feature_shape=[64]",
+        "data.id_column=id", "data.ray_mode=stream")
+    fault = f"step=8,rank=0,marker={tmp_path / 'fired'},mode=exit"
+    out = ray_head.submit(sid, args, env_vars={"ELASTIC_TRAIN_HOME": str(ray_head.work / "home"),
+                                               "ELASTIC_TRAIN_FAULT": fault})
+    job = ray_head.job(sid)
+    assert job is not None and job["status"] == "SUCCEEDED", _explain(out)
+    summary = json.loads(summary_path.read_text())
+    assert summary["restarts"] == 1 and (tmp_path / "fired").exists(), summary
+    run_lines = out.stdout.split("Tailing logs until the job exits", 1)[-1].splitlines()
+    for foreign in FOREIGN:
+        assert not any(foreign in line for line in run_lines), (foreign, _explain(out))
+    assert sum("restart 1: resumed from" in line for line in run_lines) == 1, _explain(out)
