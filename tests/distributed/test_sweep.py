@@ -512,3 +512,35 @@ def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):
     kids = children(summary)
     assert len(kids) == 2 and len(runs_named(summary, name)) == 1  # found again, not duplicated
     assert {k.info.status for k in kids} == {"FINISHED"}
+
+
+def test_a_trial_on_processes_the_last_one_warmed_ends_as_it_does_alone(ray_session, home, monkeypatch):
+    """Issue 33 item 2: in a sweep, spares start at a trial's first step (sweep/plan.py), so the next trial's
+    Train worker is a process started while the last trial ran (a fresh one that never ran a trial), and its
+    result is the one the same trial has alone on a new process (spares off): bitwise."""
+    from jobs import train
+
+    markers = home / "warm-markers"
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"markers={markers}")  # no fault: the restart-phase markers only
+    common = ["scaling.num_workers=1", "train.epochs=1"]
+    summary = run_sweep(home, "warm", *common, "sweep.search=grid", "sweep.scheduler=none",
+                        "sweep.max_concurrent_trials=1", "sweep.space={train.lr: {type: grid, values: [0.01, 0.003]}}")
+    from elastic_train.launch.storage import RunStorage
+
+    finals = {}
+    for t in summary["trials"]:
+        run = RunStorage(summary["storage_path"], t["run_name"])
+        last = Path(summary["storage_path"]) / t["run_name"] / run.checkpoints()[-1] / "meta.json"
+        finals[t["config"]["train.lr"]] = (last.stat().st_mtime, json.loads(last.read_text())["metrics"])
+    first_end = min(end for end, _ in finals.values())
+    contexts = sorted((json.loads(line) for line in (markers / "phases.rank0.jsonl").read_text().splitlines()
+                       if json.loads(line)["event"] == "context"), key=lambda r: r["unix"])
+    assert len(contexts) == 2, contexts
+    assert contexts[1]["process_start"] < first_end, (contexts, first_end)  # warmed during the first trial
+    second_lr = max(finals, key=lambda lr: finals[lr][0])
+    monkeypatch.delenv("ELASTIC_TRAIN_FAULT")
+    alone_json = home / "warm-alone.json"
+    assert train.main([*sweep_args(home, "warm-alone", *common, f"train.lr={second_lr}", "failure.spare_workers=0"),
+                       "--summary-json", str(alone_json)]) == 0
+    alone = json.loads(alone_json.read_text())
+    assert finals[second_lr][1]["params_sha256"] == alone["params_sha256"], (finals[second_lr][1], alone)
