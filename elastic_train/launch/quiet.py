@@ -36,11 +36,11 @@ Two lines a healthy run would otherwise show:
   start at once on a small node (a streamed run's Ray Data tasks, a restarting worker group): nothing for the
   run to act on, and the raylet's log keeps it. Ray's driver prints those pushes itself, not through the
   dispatcher, so :func:`filter_forwarded_lines` wraps that printer too (compat.ray_core).
-* A host cut off longer than the head's health check allows (docs/clusters.md) is declared dead; when its link
-  comes back its raylet learns it and exits with a C++ FATAL and a ~20-line stack trace, which reaches the
-  console twice (the raylet's own output, and the head's ``Raylet is terminated ...`` push with the log's tail).
-  Each becomes one line saying what happened; the raylet's log keeps the trace. Only that cause is condensed: a
-  raylet that crashes for any other reason prints as Ray prints it.
+* A raylet's C++ FATAL: its line stays (it says why), its ~20-line stack trace becomes one line pointing at that
+  node's raylet.out, and the head's ``Raylet is terminated ...`` push keeps Ray's message but not the log tail it
+  quotes. A host cut off longer than the head's health check allows (docs/clusters.md) is declared dead; when its
+  link comes back its raylet learns it and exits with such a FATAL, reaching the console twice (the raylet's
+  own output and the head's push): each becomes one line saying what happened and what brings the host back.
 * A worker of a group that was already replaced (its host was cut off, the run restarted without it) fails
   when its link returns, with ``Error in training function`` and the traceback of gloo's ``Connection reset by
   peer`` / ``Connection closed by peer``: one line, naming the worker and gloo's reason.
@@ -218,7 +218,7 @@ class _WithoutBenignLines:
         kept = [line for line in without_benign_blocks(lines)
                 if not (isinstance(line, str) and BENIGN_FORWARDED_LINES.search(line))]
         if data.get("pid") == "raylet":
-            kept = without_declared_dead_trace(kept)
+            kept = without_raylet_stack_traces(kept)
         if kept != lines:
             if not kept:
                 return
@@ -226,25 +226,41 @@ class _WithoutBenignLines:
         self.inner(data)
 
 
-# A raylet that the head declared dead (its host was cut off past the health check) and that learns it when its
-# link returns: Ray 2.60's FATAL line from node_manager.cc, then "*** StackTrace Information ***" and C++ frames.
-_DECLARED_DEAD = re.compile(r"GCS consider this node to be dead\.")
-_STACK_LINE = re.compile(r"^\s*(\*\*\* StackTrace Information \*\*\*|\S+\(\S*\+0x[0-9a-f]+\) \[0x[0-9a-f]+\].*)?\s*$")
+# A raylet's C++ FATAL: its line, then "*** StackTrace Information ***" and ~20 frames. The line stays (it says
+# why); the frames go (that node's raylet.out keeps them). A raylet that the head declared dead (its host was cut
+# off past the health check) learns it when its link returns and exits so: Ray 2.60's FATAL from node_manager.cc
+# (one of two, by which message told it first: its check-alive reply, or the GCS's node-removed notice) becomes a
+# line that says what happened and what brings the host back.
+_DECLARED_DEAD = re.compile(r"GCS consider this node to be dead\.|has mistakenly been marked as dead by the GCS")
+_STACK_START = "*** StackTrace Information ***"
+_FRAME = re.compile(r"^\s*\S+\(\S*\+0x[0-9a-f]+\) \[0x[0-9a-f]+\]")
 DECLARED_DEAD_LINE = ("this node's raylet exits: the head declared the node dead while it could not be reached "
                       "(a host rejoins with cluster/local/add-worker.sh --rejoin); the trace is in its raylet.out")
+TRACE_LINE = "(its C++ stack trace is in that node's raylet.out)"
 
 
-def without_declared_dead_trace(lines: list[Any]) -> list[Any]:
-    """A raylet batch less the FATAL trace of a node the head declared dead: one line in its place. Any other
-    raylet output (another FATAL included) is kept as it came."""
-    if not any(isinstance(line, str) and _DECLARED_DEAD.search(line) for line in lines):
+def without_raylet_stack_traces(lines: list[Any]) -> list[Any]:
+    """A raylet's batch less its C++ stack traces (one short line in place of each), a declared-dead FATAL
+    replaced by :data:`DECLARED_DEAD_LINE`; everything else as it came."""
+    if not any(isinstance(line, str) and (_STACK_START in line or _DECLARED_DEAD.search(line)) for line in lines):
         return lines
     out: list[Any] = []
+    in_trace = dead = False
     for line in lines:
-        if isinstance(line, str) and _DECLARED_DEAD.search(line):
+        if not isinstance(line, str):
+            out.append(line)
+        elif _DECLARED_DEAD.search(line):
+            dead = True
             if DECLARED_DEAD_LINE not in out:
                 out.append(DECLARED_DEAD_LINE)
-        elif not (isinstance(line, str) and _STACK_LINE.match(line)):
+        elif _STACK_START in line:
+            in_trace = True
+            if not dead:
+                out.append(TRACE_LINE)
+        elif in_trace and (_FRAME.match(line) or not line.strip()):
+            continue
+        else:
+            in_trace = False
             out.append(line)
     return out
 
@@ -258,13 +274,25 @@ BENIGN_RAYLET_LINES = re.compile(
 )
 
 
-# The head's push when a raylet ends: "Raylet is terminated. Termination is unexpected. ..." with the tail of its
-# log; for a node declared dead, that tail is the FATAL trace above (its message, or its frames: the check-alive
-# reply that told the raylet). One line.
+# The head's push when a raylet ends: "Raylet is terminated. Termination is unexpected. ... Last 20 lines of the
+# Raylet logs:" and that tail, which for a FATAL is its stack trace: the message up to the tail stays, the tail
+# goes (raylet.out keeps it); for a node declared dead (the FATAL's message, or its frames: the check-alive reply
+# or the node-removed notice that told the raylet) one line says so.
 _RAYLET_TERMINATED = re.compile(r"^Raylet is terminated\. Termination is unexpected\.")
-_DEAD_IN_TAIL = re.compile(r"GCS consider this node to be dead\.|NodeInfoAccessor::AsyncCheckAlive")
+_TAIL = "Last 20 lines of the Raylet logs:"
+_DEAD_IN_TAIL = re.compile(_DECLARED_DEAD.pattern + r"|NodeInfoAccessor::AsyncCheckAlive|NodeManager::NodeRemoved")
 TERMINATED_DECLARED_DEAD_LINE = ("Raylet is terminated: the head had declared its node dead while it could not be "
                                  "reached (a host rejoins with cluster/local/add-worker.sh --rejoin)")
+
+
+def _terminated(line: Any) -> Any:
+    if not (isinstance(line, str) and _RAYLET_TERMINATED.search(line)):
+        return line
+    if _DEAD_IN_TAIL.search(line):
+        return TERMINATED_DECLARED_DEAD_LINE
+    if _TAIL in line and _STACK_START in line:
+        return line.split(_TAIL, 1)[0] + "Its last log lines are in that node's raylet.out."
+    return line
 
 
 class _WithoutBenignRayletLines:
@@ -276,9 +304,8 @@ class _WithoutBenignRayletLines:
     def __call__(self, data: dict[str, Any], ignore_prefix: bool) -> None:
         if data.get("pid") == "raylet":
             lines = data.get("lines") or []
-            kept = [TERMINATED_DECLARED_DEAD_LINE if isinstance(line, str) and _RAYLET_TERMINATED.search(line)
-                    and _DEAD_IN_TAIL.search(line) else line
-                    for line in lines if not (isinstance(line, str) and BENIGN_RAYLET_LINES.search(line))]
+            kept = [_terminated(line) for line in lines
+                    if not (isinstance(line, str) and BENIGN_RAYLET_LINES.search(line))]
             if not kept:
                 return
             if kept != lines:

@@ -201,15 +201,26 @@ def test_a_raylet_declared_dead_prints_one_line_not_its_stack_trace():
     printed = []
     _WithoutBenignLines(printed.append)({"pid": "raylet", "ip": "198.18.9.11", "lines": ["before", *RAYLET_FATAL]})
     assert printed == [{"pid": "raylet", "ip": "198.18.9.11", "lines": ["before", DECLARED_DEAD_LINE]}]
-    # a raylet crashing for another reason keeps its trace; a worker's own output is never touched
-    other = ["[... C ...] (raylet) node_manager.cc:1: Check failed: something", *RAYLET_FATAL[1:]]
+    # the other way a raylet learns it (the GCS's node-removed notice reaches it first), seen the same day
+    removed = ["[2026-12-06 04:01:02,003 C 51 51] (raylet) node_manager.cc:1033: [Timeout] Exiting because this "
+               "node manager has mistakenly been marked as dead by the GCS: GCS failed to check the health of this "
+               "node for 5 times. This is likely because the machine or raylet has become overloaded.",
+               *RAYLET_FATAL[1:]]
+    printed.clear()
+    _WithoutBenignLines(printed.append)({"pid": "raylet", "lines": removed})
+    assert printed[0]["lines"] == [DECLARED_DEAD_LINE]
+    # a raylet crashing for another reason keeps its FATAL line (the why) and its frames become one line; a
+    # worker's own output is never touched
+    from elastic_train.launch.quiet import TRACE_LINE
+
+    other = ["[... C ...] (raylet) node_manager.cc:1: Check failed: something", *RAYLET_FATAL[1:], "after"]
     printed.clear()
     _WithoutBenignLines(printed.append)({"pid": "raylet", "lines": other})
     _WithoutBenignLines(printed.append)({"pid": 4242, "lines": RAYLET_FATAL})
-    assert [d["lines"] for d in printed] == [other, RAYLET_FATAL]
+    assert [d["lines"] for d in printed] == [[other[0], TRACE_LINE, "after"], RAYLET_FATAL]
 
 
-def test_the_heads_raylet_terminated_push_for_a_dead_node_becomes_one_line(capsys):
+def test_the_heads_raylet_terminated_push_for_a_dead_node_becomes_one_line():
     from elastic_train.launch.quiet import TERMINATED_DECLARED_DEAD_LINE, _WithoutBenignRayletLines
 
     printed = []
@@ -218,9 +229,16 @@ def test_the_heads_raylet_terminated_push_for_a_dead_node_becomes_one_line(capsy
             + FRAME)
     _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [push]}, False)
     assert printed == [{"pid": "raylet", "lines": [TERMINATED_DECLARED_DEAD_LINE]}]
+    removed = push.replace("NodeInfoAccessor::AsyncCheckAlive", "ray::raylet::NodeManager::NodeRemoved")
+    _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [removed]}, False)
+    assert printed[-1]["lines"] == [TERMINATED_DECLARED_DEAD_LINE]
+    # another cause: Ray's message stays, the log tail (a trace) goes to where it is kept; no trace: as it came
     oom = push.replace(FRAME, "[... E ...] oom killer")
     _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [oom]}, False)
-    assert printed[-1]["lines"] == [oom]
+    assert printed[-1]["lines"] == [oom.split("Last 20 lines")[0] + "Its last log lines are in that node's raylet.out."]
+    plain = push.split("\n")[0]
+    _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [plain]}, False)
+    assert printed[-1]["lines"] == [plain]
 
 
 def test_a_workers_lost_peer_traceback_becomes_one_line_and_other_errors_print_whole():
