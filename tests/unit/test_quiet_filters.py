@@ -102,7 +102,10 @@ def test_the_raylets_startup_concurrency_warning_is_dropped_and_its_other_messag
     from elastic_train.compat.ray_core import wrap_raylet_message_printer
     from elastic_train.launch.quiet import _WithoutBenignRayletLines
 
-    original = ray_worker.print_to_stdstream
+    before = ray_worker.print_to_stdstream
+    # Ray's own printer (an earlier run in this test process, on the already-connected Ray, may have wrapped it)
+    original = before.inner if getattr(before, "elastic_train_wrapped", False) else before
+    ray_worker.print_to_stdstream = original
     try:
         assert wrap_raylet_message_printer(_WithoutBenignRayletLines)
         assert wrap_raylet_message_printer(_WithoutBenignRayletLines)  # idempotent: wrapped once
@@ -118,7 +121,7 @@ def test_the_raylets_startup_concurrency_warning_is_dropped_and_its_other_messag
                                        "is_err": False, "task_name": "t", "actor_name": ""}, False)
         assert "PYTHON worker processes" in capsys.readouterr().out
     finally:
-        ray_worker.print_to_stdstream = original
+        ray_worker.print_to_stdstream = before
 
 
 # Ray 2.60's Train controller after a worker was killed in a streamed run (2026-12-05; paths shortened).
