@@ -116,15 +116,19 @@ BENIGN_FORWARDED_BLOCKS = (
 
 def _block_end(lines: list[Any], i: int) -> int | None:
     """The index after the benign block starting at ``lines[i]``, or None when none starts there."""
-    if not isinstance(lines[i], str):
-        return None
     for start, end in BENIGN_FORWARDED_BLOCKS:
-        if not start.search(lines[i]):
-            continue
-        after = _traceback_end(lines, i + 1, end)
+        after = _block_at(lines, i, start, end)
         if after is not None:
             return after
     return None
+
+
+def _block_at(lines: list[Any], i: int, start: re.Pattern[str], end: re.Pattern[str]) -> int | None:
+    """The index after a block at ``lines[i]``: a line matching ``start``, a traceback, a line matching ``end``;
+    None when there is none."""
+    if not (isinstance(lines[i], str) and start.search(lines[i])):
+        return None
+    return _traceback_end(lines, i + 1, end)
 
 
 def _traceback_end(lines: list[Any], j: int, end: re.Pattern[str]) -> int | None:
@@ -149,9 +153,7 @@ _DEATH_CAUSE = re.compile(r"Worker exit type: (\S+) Worker exit detail: (.+?)(?:
 
 def _worker_death(lines: list[Any], i: int) -> tuple[int, str] | None:
     """``(index after the block, its one-line summary)`` when a worker-death block starts at ``lines[i]``."""
-    if not (isinstance(lines[i], str) and _WORKER_DIED_START.search(lines[i])):
-        return None
-    j = _traceback_end(lines, i + 1, _WORKER_DIED_END)
+    j = _block_at(lines, i, _WORKER_DIED_START, _WORKER_DIED_END)
     if j is None:
         return None
     fields: dict[str, str] = {}
@@ -177,9 +179,7 @@ _PEER_LOST_END = re.compile(r"^RuntimeError: \[[^\]]*gloo[^\]]*\] .*?"
 
 def _peer_lost(lines: list[Any], i: int) -> tuple[int, str] | None:
     """``(index after the block, its one line)`` when a gloo lost-peer failure of a worker starts at ``lines[i]``."""
-    if not (isinstance(lines[i], str) and _TRAIN_FN_ERROR.search(lines[i])):
-        return None
-    j = _traceback_end(lines, i + 1, _PEER_LOST_END)
+    j = _block_at(lines, i, _TRAIN_FN_ERROR, _PEER_LOST_END)
     if j is None:
         return None
     reason = _PEER_LOST_END.search(lines[j - 1]).group(1)
