@@ -9,11 +9,14 @@ gets a :class:`RelayTracker`, whose calls are fire-and-forget actor calls (a wor
 and whose ``close`` is a flush of an already-warm sender.
 
 The relay keeps one :class:`~tracking.mlflow_tracker.MlflowTracker` (batching, retries, spool) per run. It is an
-asyncio actor: calls from one worker run in the order they were made, and one run's ``close`` (up to its
-deadline, in an MLflow outage) does not hold up the other trials' calls. A restarted worker group of a trial
-finds the same run's tracker, which asks MLflow for the run's last step after sending what it holds: the
-one-sender-per-run guarantee of tracking/fence.py holds by construction. Trials with system metrics keep their
-own sender child (the metrics are the worker node's).
+asyncio actor, so that one run's ``close`` (up to its deadline, in an MLflow outage) does not hold up the other
+trials' calls; Ray runs an async actor's calls in no guaranteed order, so each RelayTracker numbers its calls and
+the relay applies them in that order (a ``close`` waits for the calls made before it). The sweep's end
+(:func:`stop_relay`) waits for the closes still flushing: a trial that Tune stops as its last close runs is
+often the sweep's last, and the relay used to be killed under it (its run then lacked every metric). A
+restarted worker group of a trial finds the same run's tracker, which asks MLflow for the run's last step after
+sending what it holds: the one-sender-per-run guarantee of tracking/fence.py holds by construction. Trials with
+system metrics keep their own sender child (the metrics are the worker node's).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import asyncio
 import logging
 import threading
 import time
+import uuid
 from dataclasses import asdict
 from typing import Any
 
@@ -31,6 +35,8 @@ from tracking.base import ForwardingTracker, TrackingSpec, apply_call
 from tracking.sender import ORPHAN_FLUSH_S
 
 log = logging.getLogger(__name__)
+
+CALLS_WAIT_S = 10.0  # how long a close waits for calls its caller made before it (in flight: milliseconds)
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -43,6 +49,9 @@ class TrackingRelay:
         # Runs whose close ran past its caller's deadline: still sending, in the background, as an orphaned
         # sender child does (tracking/sender.py), for up to ORPHAN_FLUSH_S; the run's next tracker waits for it.
         self._closing: dict[str, threading.Thread] = {}
+        # Each RelayTracker's calls, applied in the order it made them (see :meth:`call`)
+        self._streams: dict[str, _Stream] = {}
+        self._closes: set[asyncio.Task] = set()  # closes in progress: the sweep's end waits for them
         threading.Thread(target=_import_mlflow, name="import-mlflow", daemon=True).start()  # as trials start
 
     def _tracker(self, spec: dict[str, Any]) -> Any:
@@ -56,14 +65,55 @@ class TrackingRelay:
             self._trackers[run_id] = MlflowTracker(TrackingSpec(**spec), start_system_metrics=False, fence=previous)
         return self._trackers[run_id]
 
-    async def call(self, spec: dict[str, Any], cmd: str, args: list[Any]) -> None:
-        apply_call(self._tracker(spec), cmd, args)
+    async def call(self, spec: dict[str, Any], cmd: str, args: list[Any], stream: str | None = None,
+                   seq: int = 0) -> None:
+        """One Tracker call of ``stream`` (a RelayTracker), numbered ``seq`` by its caller. Ray does not run an
+        async actor's calls in the order they were made, not even one caller's (its docs, "Actor Task Execution
+        Order"; seen here: a trial's ``set_tags`` ran before its earlier ``skip_logged_steps``): a call that
+        overtook an earlier one waits here for it, and each stream's calls are applied in its own order."""
+        if stream is None:
+            apply_call(self._tracker(spec), cmd, args)
+            return
+        s = self._streams.setdefault(stream, _Stream())
+        async with s.changed:
+            s.held[seq] = (spec, cmd, args)
+            self._apply(s)
+            s.changed.notify_all()
 
-    async def close(self, spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Flush the run within ``timeout_s``. What is still unsent then (MLflow slow or away as the run ends, a
-        worker's own short close bound) is not spooled at once: it goes on being sent in the background for up to
-        :data:`ORPHAN_FLUSH_S` (then spooled), as an orphaned sender child would. The run's next life gets a fresh
-        tracker, which waits for that."""
+    def _apply(self, s: _Stream, gaps_too: bool = False) -> None:
+        """Apply ``s``'s held calls that are next in its order; ``gaps_too``: all of them, in order, past a call
+        that never came (its caller died before sending it)."""
+        while s.held:
+            seq = s.next if s.next in s.held else (min(s.held) if gaps_too else None)
+            if seq is None:
+                return
+            spec, cmd, args = s.held.pop(seq)
+            s.next = seq + 1
+            apply_call(self._tracker(spec), cmd, args)
+
+    async def close(self, spec: dict[str, Any], timeout_s: float, stream: str | None = None,
+                    calls: int = 0) -> dict[str, Any]:
+        """Flush the run within ``timeout_s``, once the ``calls`` its caller made before closing are applied
+        (they may arrive after this close: waited for up to :data:`CALLS_WAIT_S` more). What is still unsent
+        then (MLflow slow or away as the run ends, a worker's own short close bound) is not spooled at once: it
+        goes on being sent in the background for up to :data:`ORPHAN_FLUSH_S` (then spooled), as an orphaned
+        sender child would. The run's next life gets a fresh tracker, which waits for that. The close outlives
+        its caller (a trial stopped while its last close runs): :meth:`close_all` waits for it."""
+        task = asyncio.ensure_future(self._close(spec, timeout_s, stream, calls))
+        self._closes.add(task)
+        task.add_done_callback(self._closes.discard)
+        return await asyncio.shield(task)
+
+    async def _close(self, spec: dict[str, Any], timeout_s: float, stream: str | None,
+                     calls: int) -> dict[str, Any]:
+        if stream is not None:
+            s = self._streams.setdefault(stream, _Stream())
+            async with s.changed:
+                try:
+                    await asyncio.wait_for(s.changed.wait_for(lambda: s.next >= calls), CALLS_WAIT_S)
+                except TimeoutError:  # a call its caller made never came: the rest, in order
+                    self._apply(s, gaps_too=True)
+            self._streams.pop(stream, None)
         tracker = self._tracker(spec)
         run_id = spec["run_id"]
         self._trackers.pop(run_id, None)
@@ -76,9 +126,15 @@ class TrackingRelay:
                 "skipped": tracker.skipped}
 
     async def close_all(self, timeout_s: float) -> list[dict[str, Any]]:
-        """The sweep ends: send what the runs still open hold (trials stopped mid-run, their workers gone), as
-        an orphaned sender child would, and let the closes still running finish. Returns each run's
-        ``{run_id, unsent, spool_path}`` (what is unsent is in the spool file)."""
+        """The sweep ends: let the closes in progress finish (a trial's last close can still be flushing when
+        Tune has stopped it and the sweep ends), send what the runs still open hold (trials stopped mid-run,
+        their workers gone), as an orphaned sender child would, and let the background closes finish. Returns
+        each run's ``{run_id, unsent, spool_path}`` (what is unsent is in the spool file)."""
+        if self._closes:  # each waits for its own caller's calls, then flushes (bounded)
+            await asyncio.wait(set(self._closes), timeout=CALLS_WAIT_S + timeout_s)
+        for s in self._streams.values():  # calls of dead callers: in their order, past the ones that never came
+            self._apply(s, gaps_too=True)
+        self._streams.clear()
         trackers, self._trackers = dict(self._trackers), {}
         loop = asyncio.get_running_loop()
         closes = [loop.run_in_executor(None, _closed, run_id, t, timeout_s) for run_id, t in trackers.items()]
@@ -87,6 +143,15 @@ class TrackingRelay:
             await loop.run_in_executor(None, thread.join, timeout_s)
         results += [thread.result for thread in self._closing.values() if hasattr(thread, "result")]
         return results
+
+
+class _Stream:
+    """One RelayTracker's calls: the next number to apply, and the calls that overtook it."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.held: dict[int, tuple[dict[str, Any], str, list[Any]]] = {}
+        self.changed = asyncio.Condition()
 
 
 class _After:
@@ -123,7 +188,7 @@ def stop_relay(relay: Any, timeout_s: float = ORPHAN_FLUSH_S) -> None:
     """Flush every run the relay still holds (bounded), then end it. What could not be sent is in each run's spool
     file, which a warning names (``tracking.mlflow_tracker.replay_spool`` sends it later)."""
     try:
-        results = ray.get(relay.close_all.remote(timeout_s), timeout=2 * timeout_s + 30)
+        results = ray.get(relay.close_all.remote(timeout_s), timeout=CALLS_WAIT_S + 3 * timeout_s + 30)
     except Exception as e:  # it is going away either way; the runs' statuses are set by the driver
         log.warning("the sweep's MLflow relay did not finish sending (%s): what it held may be lost", e)
         results = []
@@ -155,12 +220,15 @@ class RelayTracker(ForwardingTracker):
     def __init__(self, spec: TrackingSpec, relay: Any):
         self.spec, self.relay = spec, relay
         self._spec = {**asdict(spec), "env": {}}  # the relay was started with the credentials (start_relay)
+        self._stream, self._calls = uuid.uuid4().hex, 0  # the relay applies our calls in this numbering
 
     def _send(self, cmd: str, *args: Any) -> None:
-        self.relay.call.remote(self._spec, cmd, list(args))  # fire and forget; ordered per caller
+        self.relay.call.remote(self._spec, cmd, list(args), self._stream, self._calls)  # fire and forget
+        self._calls += 1
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         try:
-            return ray.get(self.relay.close.remote(self._spec, timeout_s), timeout=timeout_s + 30)
+            return ray.get(self.relay.close.remote(self._spec, timeout_s, self._stream, self._calls),
+                           timeout=CALLS_WAIT_S + timeout_s + 30)
         except Exception as e:  # the relay is gone: what it held is lost with it (said here)
             return {"sent": 0, "unsent": -1, "spool_path": None, "error": f"the relay did not answer: {e}"}

@@ -144,7 +144,8 @@ def test_every_trial_ran_the_real_multi_worker_trainer(asha):
         raise AssertionError(f"{e}: " + "; ".join(
             f"{k.data.tags.get('elastic_train.run_name')} {status.get(k.data.tags.get('elastic_train.run_name'))}"
             f" world_size={k.data.tags.get('world_size')} metrics={sorted(k.data.metrics)}"
-            for k in children(summary) if not complete(k))) from None
+            for k in children(summary) if not complete(k))
+            + f"; spools: {[(str(p), len(p.read_text().splitlines())) for p in tmp.rglob('mlflow_unsent*')]}") from None
     kids = children(summary)
     # The injected crash hit one trial, which recovered within its own failure budget and went on.
     assert marker.exists()

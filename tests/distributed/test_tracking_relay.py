@@ -84,3 +84,40 @@ def test_a_close_past_its_deadline_keeps_sending_and_a_restart_waits_for_it(ray_
     finally:
         stop_relay(relay)
     assert not Path(spec.spool_path).exists()
+
+
+def test_calls_that_overtake_each_other_are_applied_in_the_order_they_were_made(ray_session, home):
+    """Ray runs an async actor's calls in no guaranteed order, even one caller's: the relay applies each
+    tracker's calls by their numbers. Sent here in reverse order, as the relay may receive them."""
+    relay = start_relay({})
+    try:
+        spec = open_run(home, "reordered")
+        tracker = RelayTracker(spec, relay)
+        stream, payload = "stream-1", {**tracker._spec}
+        calls = [("set_tags", [{"phase": "first"}]), ("set_tags", [{"phase": "second"}]),
+                 ("log_metrics", [{"train_loss": 0.5}, 1, 1000, False])]
+        refs = [relay.call.remote(payload, cmd, args, stream, seq) for seq, (cmd, args) in reversed(list(
+            enumerate(calls)))]
+        result = ray.get(relay.close.remote(payload, 30.0, stream, len(calls)))
+        ray.get(refs)
+        assert result["unsent"] == 0
+        from mlflow.tracking import MlflowClient
+
+        assert MlflowClient(spec.uri).get_run(spec.run_id).data.tags["phase"] == "second"  # applied last
+        assert history(spec) == [1]
+    finally:
+        stop_relay(relay)
+
+
+def test_the_sweeps_end_waits_for_a_close_still_flushing(ray_session, home):
+    """A trial Tune stops while its last close runs is often the sweep's last: the relay's end waits for that
+    close instead of being killed under it (the run then lacked every metric its rank 0 logged)."""
+    relay = start_relay({})
+    spec = open_run(home, "closing")
+    tracker = RelayTracker(spec, relay)
+    for step in range(1, 4):
+        tracker.log_metrics({"train_loss": 1.0 / step}, step=step)
+    closing = relay.close.remote(tracker._spec, 30.0, tracker._stream, tracker._calls)  # the caller is gone
+    stop_relay(relay)  # at once, as the sweep's end does
+    assert history(spec) == [1, 2, 3]
+    del closing
