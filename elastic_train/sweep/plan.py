@@ -71,7 +71,9 @@ def plan_sweep(config_path: str | None, overrides: list[str], resume: str | None
     ``launched``: when the sweep started (its wall counts from there); default now."""
     ctx = context.plan(config_path, overrides, resume, launched=launched)
     cfg, notes = pbt_defaults(ctx.cfg)
+    cfg, warm = spares_from_the_first_step(cfg)
     ctx = replace(ctx, cfg=cfg)
+    notes = (*notes, *warm)
     validate_sweep(ctx.cfg)
     ctx = replace(ctx, resuming=False)  # the sweep folder holds no checkpoints of its own; its trials do
     sweep_dir = RunStorage(ctx.storage_path, ctx.run_name).uri()
@@ -92,6 +94,19 @@ def pbt_defaults(cfg: JobConfig) -> tuple[JobConfig, tuple[str, ...]]:
     note = (f"  pbt perturbs train.global_batch_size: checkpoint.every_seconds={c.every_seconds:g} (the default) "
             "-> null, checkpoints at epoch ends only")
     return config_mod.with_overrides(cfg, {"checkpoint.every_seconds": None}), (note,)
+
+
+def spares_from_the_first_step(cfg: JobConfig) -> tuple[JobConfig, tuple[str, ...]]:
+    """In a sweep, spare worker processes (train/spares.py) start at a trial's first step, not
+    ``failure.spares_after_s`` into it: a trial ends and the next one's Train workers start on the processes it
+    warmed (fresh processes that never ran a trial), instead of new ones importing Ray Train and torch. A value
+    the user set stays, and ``failure.spare_workers=0`` turns spares off."""
+    f = cfg.failure
+    if f.spare_workers == 0 or not f.spares_after_s or "spares_after_s" in f.model_fields_set:
+        return cfg, ()
+    note = (f"  spares: each trial warms the worker processes of the next from its first step "
+            f"(failure.spares_after_s={f.spares_after_s:g} -> 0; failure.spare_workers=0: none)")
+    return config_mod.with_overrides(cfg, {"failure.spares_after_s": 0.0}), (note,)
 
 
 def _tune_state_exists(sweep_dir: str) -> bool:

@@ -516,15 +516,15 @@ def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):
 
 
 def test_a_trial_on_processes_the_last_one_warmed_ends_as_it_does_alone(ray_session, home, monkeypatch):
-    """Issue 33 item 2: in a sweep with ``failure.spares_after_s=0`` spares start at a trial's first step, so the
-    next trial's Train worker is a process started while the last trial ran (a fresh one that never ran a trial),
-    and its result is the one the same trial has alone on a new process (spares off): bitwise."""
+    """Issue 33 item 2: in a sweep, spares start at a trial's first step (sweep/plan.py), so the next trial's
+    Train worker is a process started while the last trial ran (a fresh one that never ran a trial), and its
+    result is the one the same trial has alone on a new process (spares off): bitwise."""
     from jobs import train
 
     markers = home / "warm-markers"
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"markers={markers}")  # no fault: the restart-phase markers only
     common = ["scaling.num_workers=1", "train.epochs=1"]
-    summary = run_sweep(home, "warm", *common, "failure.spares_after_s=0", "sweep.search=grid", "sweep.scheduler=none",
+    summary = run_sweep(home, "warm", *common, "sweep.search=grid", "sweep.scheduler=none",
                         "sweep.max_concurrent_trials=1", "sweep.space={train.lr: {type: grid, values: [0.01, 0.003]}}")
     from elastic_train.launch.storage import RunStorage
 

@@ -368,3 +368,14 @@ def test_pbt_runs_from_the_defaults_and_says_what_it_changed(capsys):
     assert sweep_job.main(["data.name=digits", "sweep.scheduler=pbt", "--print-config"]) == 0
     assert "every_seconds: null" in capsys.readouterr().out
 
+
+def test_a_sweeps_spares_start_at_each_trials_first_step_unless_set():
+    """Each trial warms the next trial's worker processes (issue 33 item 2): the default 60 s becomes 0, in one
+    line; a value the user set stays, and spares off stay off."""
+    from elastic_train.sweep.plan import spares_from_the_first_step
+
+    cfg, notes = spares_from_the_first_step(config_mod.load(None, ["data.name=digits"]))
+    assert cfg.failure.spares_after_s == 0 and len(notes) == 1 and "failure.spares_after_s=60 -> 0" in notes[0]
+    for mine in (["failure.spares_after_s=30"], ["failure.spare_workers=0"]):
+        cfg = config_mod.load(None, mine)
+        assert spares_from_the_first_step(cfg) == (cfg, ())
