@@ -74,11 +74,16 @@ class TrackingRelay:
         if stream is None:
             apply_call(self._tracker(spec), cmd, args)
             return
-        s = self._streams.setdefault(stream, _Stream())
+        s = self._stream(stream)
         async with s.changed:
             s.held[seq] = (spec, cmd, args)
             self._apply(s)
             s.changed.notify_all()
+
+    def _stream(self, stream: str) -> _Stream:
+        if stream not in self._streams:
+            self._streams[stream] = _Stream()
+        return self._streams[stream]
 
     def _apply(self, s: _Stream, gaps_too: bool = False) -> None:
         """Apply ``s``'s held calls that are next in its order; ``gaps_too``: all of them, in order, past a call
@@ -107,7 +112,7 @@ class TrackingRelay:
     async def _close(self, spec: dict[str, Any], timeout_s: float, stream: str | None,
                      calls: int) -> dict[str, Any]:
         if stream is not None:
-            s = self._streams.setdefault(stream, _Stream())
+            s = self._stream(stream)
             async with s.changed:
                 try:
                     await asyncio.wait_for(s.changed.wait_for(lambda: s.next >= calls), CALLS_WAIT_S)
