@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -76,9 +77,9 @@ def gpt_overrides(epochs: int, samples: int) -> list[str]:
 CASES = {"mlp": task_overrides, "gpt": gpt_overrides}
 
 
-def plain_gpt_loop(epochs: int, samples: int, fused: bool = False) -> dict[str, float]:
-    """The small GPT trained by hand: the same model, data, batch (12 x 64), AdamW and clipping, one process.
-    ``fused``: AdamW's fused kernel, as the engine uses (the loop as a user writes it takes the default)."""
+def _gpt(epochs: int, samples: int, fused: bool | None) -> tuple[Any, nn.Module, torch.optim.Optimizer]:
+    """Both GPT baselines' data, model (``build_model``: the engine's) and AdamW (``fused``: None, PyTorch's
+    default)."""
     from elastic_train.config import load
     from elastic_train.data import build_data
     from elastic_train.models import build_model
@@ -86,42 +87,38 @@ def plain_gpt_loop(epochs: int, samples: int, fused: bool = False) -> dict[str, 
     cfg = load(None, gpt_overrides(epochs, samples))
     bundle = build_data(cfg)
     model = build_model(cfg, bundle.spec)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, fused=fused or None)
+    return bundle, model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, fused=fused)
+
+
+def _gpt_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Forward, cross-entropy over every token, backward and clipping at 1.0; the loss."""
+    logits = model(x)
+    loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    return loss
+
+
+def plain_gpt_loop(epochs: int, samples: int, fused: bool = False) -> dict[str, float]:
+    """The small GPT trained by hand: the same model, data, batch (12 x 64), AdamW and clipping, one process.
+    ``fused``: AdamW's fused kernel, as the engine uses (the loop as a user writes it takes the default)."""
+    bundle, model, opt = _gpt(epochs, samples, fused or None)
     loader = DataLoader(TensorDataset(bundle.train.x, bundle.train.y), batch_size=12, shuffle=True, drop_last=True)
-
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = model(x)
-        loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        return loss
-
-    return timed_loop(epochs, loader, opt, step)
+    return timed_loop(epochs, loader, opt, lambda x, y: _gpt_loss(model, x, y))
 
 
 def minimal_gpt_loop(epochs: int, samples: int) -> dict[str, float]:
     """The small GPT the way a well-known minimal trainer steps it (nanoGPT's ``train.py``): the data in memory,
     each batch drawn by random indices (no DataLoader), fused AdamW, clipping, ``zero_grad(set_to_none=True)``
     after the step, the loss read back every 10 steps. The same model, data, batch and threads as the engine."""
-    from elastic_train.config import load
-    from elastic_train.data import build_data
-    from elastic_train.models import build_model
-
-    cfg = load(None, gpt_overrides(epochs, samples))
-    bundle = build_data(cfg)
-    model = build_model(cfg, bundle.spec)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, fused=True)
+    bundle, model, opt = _gpt(epochs, samples, fused=True)
     x_all, y_all = bundle.train.x, bundle.train.y
     steps = epochs * (len(x_all) // 12)
     times, loss = [], None
     for it in range(steps):
         t0 = time.perf_counter()
         ix = torch.randint(len(x_all), (12,))
-        x, y = x_all[ix], y_all[ix]
-        logits = model(x)
-        loss = nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        loss = _gpt_loss(model, x_all[ix], y_all[ix])
         opt.step()
         opt.zero_grad(set_to_none=True)
         if it % 10 == 0:
