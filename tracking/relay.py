@@ -65,15 +65,11 @@ class TrackingRelay:
             self._trackers[run_id] = MlflowTracker(TrackingSpec(**spec), start_system_metrics=False, fence=previous)
         return self._trackers[run_id]
 
-    async def call(self, spec: dict[str, Any], cmd: str, args: list[Any], stream: str | None = None,
-                   seq: int = 0) -> None:
+    async def call(self, spec: dict[str, Any], cmd: str, args: list[Any], stream: str, seq: int) -> None:
         """One Tracker call of ``stream`` (a RelayTracker), numbered ``seq`` by its caller. Ray does not run an
         async actor's calls in the order they were made, not even one caller's (its docs, "Actor Task Execution
         Order"; seen here: a trial's ``set_tags`` ran before its earlier ``skip_logged_steps``): a call that
         overtook an earlier one waits here for it, and each stream's calls are applied in its own order."""
-        if stream is None:
-            apply_call(self._tracker(spec), cmd, args)
-            return
         s = self._stream(stream)
         async with s.changed:
             s.held[seq] = (spec, cmd, args)
@@ -96,8 +92,7 @@ class TrackingRelay:
             s.next = seq + 1
             apply_call(self._tracker(spec), cmd, args)
 
-    async def close(self, spec: dict[str, Any], timeout_s: float, stream: str | None = None,
-                    calls: int = 0) -> dict[str, Any]:
+    async def close(self, spec: dict[str, Any], timeout_s: float, stream: str, calls: int) -> dict[str, Any]:
         """Flush the run within ``timeout_s``, once the ``calls`` its caller made before closing are applied
         (they may arrive after this close: waited for up to :data:`CALLS_WAIT_S` more). What is still unsent
         then (MLflow slow or away as the run ends, a worker's own short close bound) is not spooled at once: it
@@ -109,16 +104,14 @@ class TrackingRelay:
         task.add_done_callback(self._closes.discard)
         return await asyncio.shield(task)
 
-    async def _close(self, spec: dict[str, Any], timeout_s: float, stream: str | None,
-                     calls: int) -> dict[str, Any]:
-        if stream is not None:
-            s = self._stream(stream)
-            async with s.changed:
-                try:
-                    await asyncio.wait_for(s.changed.wait_for(lambda: s.next >= calls), CALLS_WAIT_S)
-                except TimeoutError:  # a call its caller made never came: the rest, in order
-                    self._apply(s, gaps_too=True)
-            self._streams.pop(stream, None)
+    async def _close(self, spec: dict[str, Any], timeout_s: float, stream: str, calls: int) -> dict[str, Any]:
+        s = self._stream(stream)
+        async with s.changed:
+            try:
+                await asyncio.wait_for(s.changed.wait_for(lambda: s.next >= calls), CALLS_WAIT_S)
+            except TimeoutError:  # a call its caller made never came: the rest, in order
+                self._apply(s, gaps_too=True)
+        self._streams.pop(stream, None)
         tracker = self._tracker(spec)
         run_id = spec["run_id"]
         self._trackers.pop(run_id, None)
