@@ -189,6 +189,15 @@ ENTRIES: tuple[Entry, ...] = (
           "the new engine prints its banner whatever the verbosity", RAY, value="RAY_AIR_NEW_OUTPUT"),
     Entry("ray.tune:ResultGrid", "member", "sweep/results.py", "each trial's status (stopped vs interrupted)",
           "no public accessor of the trials in 2.60", RAY, value="_experiment_analysis"),
+    Entry("ray.tune.trainable.function_trainable:FunctionTrainable.reset_config", "literal",
+          "sweep/stops.py (compat.ray_tune.allow_reset_wait)", "Tune waits for a stopped trial's function to "
+          "return before it hands the process to the next trial", "read under a literal name", RAY,
+          value="TUNE_FUNCTION_THREAD_TIMEOUT_S"),
+    Entry("ray.train._internal.session:get_session", "attr", "sweep/stops.py (compat.ray_tune.trial_stop_event)",
+          "the running trial's session in its Tune actor", "no public view of a trial's stop in the function API",
+          RAY, params=()),
+    Entry("ray.train._internal.session:_TrainSession", "member", "sweep/stops.py (compat.ray_tune.trial_stop_event)",
+          "Tune sets it when it stops a trial or hands its actor to the next", "as above", RAY, value="stop_event"),
     # ---- MLflow (compat/mlflow.py)
     Entry("mlflow.tracking._tracking_service.utils:_use_tracking_uri", "attr", "tracking/models.py",
           "a tracking URI for one call, restoring the env var too", "set_tracking_uri exports the URI", MLFLOW,

@@ -50,8 +50,9 @@ class FreshClusterView(ControllerCallback):
 class RestartPhases(ControllerCallback, WorkerGroupCallback):
     """With ``markers=DIR`` in the fault spec (bench/recovery.py, bench/chaos.py): the controller's side of a
     restart, one JSON line per event in ``DIR/controller.jsonl`` (unix time), so a recovery splits into Ray
-    Train's phases: ``failure_decision`` (the failure detected), ``shutdown_done`` (the old group torn down),
-    ``group_start`` (placement begins), ``group_ready`` (actors up, process group formed), ``training_started``
+    Train's phases: ``controller_start`` (the controller's callbacks run; with its process's start),
+    ``failure_decision`` (the failure detected), ``shutdown_done`` (the old group torn down), ``group_start``
+    (placement begins), ``group_ready`` (actors up, process group formed), ``training_started``
     (the function dispatched). The workers note ``context`` (train/warmup.py) and their own phases
     (train/faults.py). Best effort: a write that fails is dropped."""
 
@@ -63,6 +64,11 @@ class RestartPhases(ControllerCallback, WorkerGroupCallback):
             append_marker(self.markers, "controller.jsonl", event, **fields)
         except OSError:
             pass
+
+    def after_controller_start(self, train_run_context: Any) -> None:
+        from elastic_train.train.process_info import process_start_unix
+
+        self._note("controller_start", process_start=process_start_unix())
 
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
         self._note("failure_decision", decision=str(getattr(failure_decision, "name", failure_decision)))

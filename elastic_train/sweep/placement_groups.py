@@ -121,7 +121,20 @@ def end_stranded_cleaners(job_id: str | None = None) -> int:
     "worker died ... unexpected system error" line, no ``SystemExit`` traceback on the console, as ending the
     process with a signal printed). They are unnamed and this process holds no handle to them, and ``ray.kill``
     needs one: the GCS's own kill call takes the actor id."""
-    ids = stranded_cleaners(job_id)
+    return kill_via_gcs(stranded_cleaners(job_id))
+
+
+def own_train_controllers() -> list[str]:
+    """Hex ids of the live Ray Train controllers this process created (its trials' ``fit``)."""
+    from ray.core.generated import gcs_pb2
+
+    me = bytes.fromhex(ray.get_runtime_context().get_worker_id())
+    return [a.actor_id.hex() for a in _actor_records() if a.class_name == "TrainController"
+            and a.state == gcs_pb2.ActorTableData.ALIVE and a.owner_address.worker_id == me]
+
+
+def kill_via_gcs(ids: list[str]) -> int:
+    """End the actors ``ids`` as ``ray.kill`` does, without a handle (the GCS's kill call takes the id)."""
     if not ids:
         return 0
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc

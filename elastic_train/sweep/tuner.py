@@ -167,8 +167,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
                 metric=s.metric, mode=s.mode, num_samples=s.num_samples, max_concurrent_trials=limit,
                 scheduler=make_scheduler(plan.cfg), search_alg=make_search(plan.cfg),
                 trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname,
-                # A stopped or exploited trial's process ends, and with it the Ray Train run it owned.
-                reuse_actors=False,
+                reuse_actors=reuses_trial_processes(plan.cfg),
             ),
             run_config=tune.RunConfig(
                 name=plan.name, storage_path=plan.ctx.storage_path,
@@ -184,7 +183,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
 
     quiet_tune_output()  # no start banner: the sweep prints its own header (plan.py)
     try:
-        with warnings.catch_warnings():  # PBT's advice to reuse actors: a trial's process must end (reuse_actors)
+        with warnings.catch_warnings():  # PBT's advice to reuse actors: an exploited trial's process must end
             warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
             grid = tuner.fit()
     finally:
@@ -198,6 +197,17 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
             stop_relay(relay)
         settle()
     return grid, OrphanedPlacementGroupReaper.removed[before:]
+
+
+def reuses_trial_processes(cfg: JobConfig) -> bool:
+    """Whether the next trial's Tune actor runs in the process of a trial that has ended (Tune's
+    ``reuse_actors``): it has imported torch, Ray Tune and Ray Train, so a trial starts in ~0.5 s instead of
+    paying a new process (~4 s on 2 cores: docs/sweeps.md, *Per-trial cost*). A trial ASHA stops ends its Ray
+    Train run first (stops.py). Not with PBT: its exploits restart trials from a donor's checkpoint in a process
+    of their own (relay.py). What a trial leaves in the process is the driver's side only (its Train workers are
+    new processes, warm spares); per-run state is set per run, and a test checks that a trial's result does not
+    depend on the process that ran one before it."""
+    return cfg.sweep.scheduler in ("none", "asha")
 
 
 def trial_floor(cfg: JobConfig, use_gpu: bool, overrides: dict[str, Any]) -> list[dict[str, float]]:
@@ -265,7 +275,12 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
 
         outcome = fit_reporting_checkpoints(lambda callbacks: fit(ctx, replace(resources, callbacks=tuple(callbacks))))
     else:
-        outcome = fit(ctx, replace(resources, callbacks=(TuneReportCallback(),)))
+        from elastic_train.sweep.stops import StopWatch
+
+        with StopWatch() as stop:
+            outcome = fit(ctx, replace(resources, callbacks=(TuneReportCallback(),)))
+        if stop.fired.is_set() and outcome.status != "FINISHED":  # stopped by the scheduler, its Train run ended
+            return  # (stops.py): Tune hands this process to the next trial; the driver closes the run
     if outcome.already_complete:  # a restored sweep re-ran a trial whose training had already ended
         meta = outcome.already_complete["meta"]
         tune.report({**meta.get("metrics", {}), "checkpoint_path": outcome.already_complete["checkpoint"]})

@@ -517,8 +517,9 @@ def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):
 
 def test_a_trial_on_processes_the_last_one_warmed_ends_as_it_does_alone(ray_session, home, monkeypatch):
     """Issue 33 item 2: in a sweep, spares start at a trial's first step (sweep/plan.py), so the next trial's
-    Train worker is a process started while the last trial ran (a fresh one that never ran a trial), and its
-    result is the one the same trial has alone on a new process (spares off): bitwise."""
+    Train worker is a process started while the last trial ran (a fresh one that never ran a trial); with no
+    scheduler the next trial's Tune actor is the last trial's process (sweep/tuner.py, reuses_trial_processes).
+    Its result is the one the same trial has alone on new processes (spares off): bitwise."""
     from jobs import train
 
     markers = home / "warm-markers"
@@ -539,9 +540,37 @@ def test_a_trial_on_processes_the_last_one_warmed_ends_as_it_does_alone(ray_sess
     assert len(contexts) == 2, contexts
     assert contexts[1]["process_start"] < first_end, (contexts, first_end)  # warmed during the first trial
     second_lr = max(finals, key=lambda lr: finals[lr][0])
+    tune_pids = {json.loads((Path(summary["storage_path"]) / f"tune-{t['trial_id']}" / "result.json")
+                            .read_text().splitlines()[-1])["pid"] for t in summary["trials"]}
+    assert len(tune_pids) == 1, tune_pids  # both trials' Tune function ran in one process, one after the other
     monkeypatch.delenv("ELASTIC_TRAIN_FAULT")
     alone_json = home / "warm-alone.json"
     assert train.main([*sweep_args(home, "warm-alone", *common, f"train.lr={second_lr}", "failure.spare_workers=0"),
                        "--summary-json", str(alone_json)]) == 0
     alone = json.loads(alone_json.read_text())
     assert finals[second_lr][1]["params_sha256"] == alone["params_sha256"], (finals[second_lr][1], alone)
+
+
+def test_a_trial_asha_stops_gives_its_process_to_the_next_trial(ray_session, home, monkeypatch):
+    """ASHA stops the second trial at its first rung (a learning rate that barely learns); Tune hands that trial's
+    process to the third (sweep/tuner.py, reuses_trial_processes), once the stopped trial's Train run has ended
+    (sweep/stops.py: without it the reset waits for the trial to train to its end, or fails the third trial).
+    Each step is stretched by 1 s, so a stopped trial left to run would finish its second epoch (6 steps)."""
+    from elastic_train.launch.storage import RunStorage
+
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "delay=1.0")
+    summary = run_sweep(home, "asha-reuse", "scaling.num_workers=1", "train.global_batch_size=256",
+                        "sweep.search=grid", "sweep.scheduler=asha", "sweep.grace_period=1", "sweep.reduction_factor=2",
+                        "sweep.max_concurrent_trials=1",
+                        "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001, 0.003]}}")
+    by_lr = {t["config"]["train.lr"]: t for t in summary["trials"]}
+    assert by_lr[0.00001]["status"] == "STOPPED" and by_lr[0.00001]["epochs"] == 1, by_lr
+    assert by_lr[0.003]["status"] in ("FINISHED", "STOPPED") and by_lr[0.01]["status"] == "FINISHED", by_lr
+    stopped = RunStorage(summary["storage_path"], by_lr[0.00001]["run_name"])
+    last = json.loads(stopped.read_text(f"{stopped.checkpoints()[-1]}/meta.json"))
+    assert last["progress"]["epoch"] < 2, last["progress"]  # its Train run ended when ASHA stopped it
+
+    def tune_pid(t: dict) -> int:
+        return json.loads((Path(summary["storage_path"]) / f"tune-{t['trial_id']}" / "result.json")
+                          .read_text().splitlines()[-1])["pid"]
+    assert tune_pid(by_lr[0.003]) == tune_pid(by_lr[0.00001])  # the stopped trial's process ran the next one

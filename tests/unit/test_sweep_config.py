@@ -379,3 +379,13 @@ def test_a_sweeps_spares_start_at_each_trials_first_step_unless_set():
     for mine in (["failure.spares_after_s=30"], ["failure.spare_workers=0"]):
         cfg = config_mod.load(None, mine)
         assert spares_from_the_first_step(cfg) == (cfg, ())
+
+
+@pytest.mark.parametrize("scheduler, reused", [("none", True), ("asha", True), ("pbt", False)])
+def test_a_trial_runs_in_the_last_trials_process_unless_pbt_restarts_it(scheduler, reused):
+    """sweep/tuner.py: Tune's reuse_actors, with ASHA's stopped trials ending their Train run (sweep/stops.py);
+    PBT's exploited trials restart from a donor's checkpoint in a process of their own."""
+    from elastic_train.sweep.tuner import reuses_trial_processes
+
+    cfg = load(f"sweep.scheduler={scheduler}")
+    assert reuses_trial_processes(cfg) is reused
