@@ -515,62 +515,40 @@ def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):
     assert {k.info.status for k in kids} == {"FINISHED"}
 
 
-def test_a_trial_on_processes_the_last_one_warmed_ends_as_it_does_alone(ray_session, home, monkeypatch):
-    """Issue 33 item 2: in a sweep, spares start at a trial's first step (sweep/plan.py), so the next trial's
-    Train worker is a process started while the last trial ran (a fresh one that never ran a trial); with no
-    scheduler the next trial's Tune actor is the last trial's process (sweep/tuner.py, reuses_trial_processes).
-    Its result is the one the same trial has alone on new processes (spares off): bitwise."""
-    from jobs import train
-
-    markers = home / "warm-markers"
-    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"markers={markers}")  # no fault: the restart-phase markers only
-    common = ["scaling.num_workers=1", "train.epochs=1"]
-    summary = run_sweep(home, "warm", *common, "sweep.search=grid", "sweep.scheduler=none",
-                        "sweep.max_concurrent_trials=1", "sweep.space={train.lr: {type: grid, values: [0.01, 0.003]}}")
+def test_a_trial_on_a_reused_process_and_warm_spares_ends_bitwise_as_the_same_trial_on_new_ones(
+        ray_session, home, monkeypatch):
+    """Issue 33 item 2, one ASHA sweep of three trials, one at a time: the first (lr 0.01) runs on new processes;
+    ASHA stops the second (lr 1e-5, barely learns) at its first rung; the third repeats the first's config. Tune hands
+    the stopped trial's process to the third (sweep/tuner.py, reuses_trial_processes), once the stopped trial's
+    Train run has ended (sweep/stops.py; each step stretched by 1 s, so a stopped trial left to run would finish
+    its second epoch, and Tune would wait for it or fail the third trial); the third trial's Train worker is a
+    spare started while the stopped trial trained (spares from each trial's first step: sweep/plan.py). The third
+    trial ends bitwise equal to the first."""
     from elastic_train.launch.storage import RunStorage
 
-    finals = {}
-    for t in summary["trials"]:
-        run = RunStorage(summary["storage_path"], t["run_name"])
-        last = Path(summary["storage_path"]) / t["run_name"] / run.checkpoints()[-1] / "meta.json"
-        finals[t["config"]["train.lr"]] = (last.stat().st_mtime, json.loads(last.read_text())["metrics"])
-    first_end = min(end for end, _ in finals.values())
-    contexts = sorted((json.loads(line) for line in (markers / "phases.rank0.jsonl").read_text().splitlines()
-                       if json.loads(line)["event"] == "context"), key=lambda r: r["unix"])
-    assert len(contexts) == 2, contexts
-    assert contexts[1]["process_start"] < first_end, (contexts, first_end)  # warmed during the first trial
-    second_lr = max(finals, key=lambda lr: finals[lr][0])
-    tune_pids = {json.loads((Path(summary["storage_path"]) / f"tune-{t['trial_id']}" / "result.json")
-                            .read_text().splitlines()[-1])["pid"] for t in summary["trials"]}
-    assert len(tune_pids) == 1, tune_pids  # both trials' Tune function ran in one process, one after the other
-    monkeypatch.delenv("ELASTIC_TRAIN_FAULT")
-    alone_json = home / "warm-alone.json"
-    assert train.main([*sweep_args(home, "warm-alone", *common, f"train.lr={second_lr}", "failure.spare_workers=0"),
-                       "--summary-json", str(alone_json)]) == 0
-    alone = json.loads(alone_json.read_text())
-    assert finals[second_lr][1]["params_sha256"] == alone["params_sha256"], (finals[second_lr][1], alone)
-
-
-def test_a_trial_asha_stops_gives_its_process_to_the_next_trial(ray_session, home, monkeypatch):
-    """ASHA stops the second trial at its first rung (a learning rate that barely learns); Tune hands that trial's
-    process to the third (sweep/tuner.py, reuses_trial_processes), once the stopped trial's Train run has ended
-    (sweep/stops.py: without it the reset waits for the trial to train to its end, or fails the third trial).
-    Each step is stretched by 1 s, so a stopped trial left to run would finish its second epoch (6 steps)."""
-    from elastic_train.launch.storage import RunStorage
-
-    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "delay=1.0")
-    summary = run_sweep(home, "asha-reuse", "scaling.num_workers=1", "train.global_batch_size=256",
-                        "sweep.search=grid", "sweep.scheduler=asha", "sweep.grace_period=1", "sweep.reduction_factor=2",
+    markers = home / "reuse-markers"
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"delay=1.0;markers={markers}")
+    summary = run_sweep(home, "reuse", "scaling.num_workers=1", "train.global_batch_size=256", "sweep.search=grid",
+                        "sweep.scheduler=asha", "sweep.grace_period=1", "sweep.reduction_factor=2",
                         "sweep.max_concurrent_trials=1",
-                        "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001, 0.003]}}")
-    by_lr = {t["config"]["train.lr"]: t for t in summary["trials"]}
-    assert by_lr[0.00001]["status"] == "STOPPED" and by_lr[0.00001]["epochs"] == 1, by_lr
-    assert by_lr[0.003]["status"] in ("FINISHED", "STOPPED") and by_lr[0.01]["status"] == "FINISHED", by_lr
-    stopped = RunStorage(summary["storage_path"], by_lr[0.00001]["run_name"])
-    last = json.loads(stopped.read_text(f"{stopped.checkpoints()[-1]}/meta.json"))
-    assert last["progress"]["epoch"] < 2, last["progress"]  # its Train run ended when ASHA stopped it
+                        "sweep.space={train.lr: {type: grid, values: [0.01, 0.00001, 0.01]}}")
+    first, stopped, third = sorted(summary["trials"], key=lambda t: t["trial_id"])
+    assert (stopped["config"]["train.lr"], stopped["status"], stopped["epochs"]) == (0.00001, "STOPPED", 1), stopped
+    assert first["status"] == third["status"] == "FINISHED", (first, third)
+
+    def last_meta(t: dict) -> dict:
+        run = RunStorage(summary["storage_path"], t["run_name"])
+        return json.loads(run.read_text(f"{run.checkpoints()[-1]}/meta.json"))
 
     def tune_pid(t: dict) -> int:
         return json.loads((Path(summary["storage_path"]) / f"tune-{t['trial_id']}" / "result.json")
                           .read_text().splitlines()[-1])["pid"]
-    assert tune_pid(by_lr[0.003]) == tune_pid(by_lr[0.00001])  # the stopped trial's process ran the next one
+    assert last_meta(stopped)["progress"]["epoch"] < 2  # its Train run ended when ASHA stopped it
+    assert tune_pid(third) == tune_pid(stopped)  # the stopped trial's process ran the third
+    contexts = sorted((json.loads(line) for line in (markers / "phases.rank0.jsonl").read_text().splitlines()
+                       if json.loads(line)["event"] == "context"), key=lambda r: r["unix"])
+    assert len(contexts) == 3, contexts
+    run = RunStorage(summary["storage_path"], stopped["run_name"])
+    stopped_saved = (Path(summary["storage_path"]) / stopped["run_name"] / run.checkpoints()[-1] / "meta.json")
+    assert contexts[2]["process_start"] < stopped_saved.stat().st_mtime, contexts  # a spare warmed meanwhile
+    assert last_meta(third)["metrics"]["params_sha256"] == last_meta(first)["metrics"]["params_sha256"]
