@@ -69,8 +69,8 @@ def run(home: Path, name: str, args: argparse.Namespace, *overrides: str) -> dic
             "sweep.num_samples=1", space(args.lrs, args.batches), "tracking.experiment=bench-sweep-cost",
             f"sweep.max_concurrent_trials={args.concurrency}", *overrides, "--summary-json", str(summary)]
     started = time.time()
-    # Its own driver process on the bench's cluster, as a user runs it (the job's runtime env is the sweep's own:
-    # its warm trials need it); Tune's tables and the ranking to stderr, stdout is the JSON
+    # Its own driver process on the bench's cluster, as a user runs it (its own job, timed from its process
+    # start like the anchor's); Tune's tables and the ranking to stderr, stdout is the JSON
     rc = subprocess.run([sys.executable, "-m", "jobs.sweep", *argv], cwd=ROOT, stdout=sys.stderr,
                         timeout=RUN_TIMEOUT_S).returncode
     assert rc == 0, f"{name} sweep exited {rc}"
