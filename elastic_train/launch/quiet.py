@@ -44,6 +44,10 @@ Two lines a healthy run would otherwise show:
 * A worker of a group that was already replaced (its host was cut off, the run restarted without it) fails
   when its link returns, with ``Error in training function`` and the traceback of gloo's ``Connection reset by
   peer`` / ``Connection closed by peer``: one line, naming the worker and gloo's reason.
+* A process's C++ crash dump (``*** SIGABRT received ...``, its frames twice, Python's ``Fatal Python error`` and
+  thread stacks): a crash keeps the check that failed and one line naming the signal; a process Ray ended with
+  SIGTERM, and Ray Train's PreemptionWatcher (which Ray Train kills at every worker group's end), print nothing.
+  The worker's ``.err`` file keeps the whole dump.
 """
 
 from __future__ import annotations
@@ -207,16 +211,66 @@ def without_benign_blocks(lines: list[Any]) -> list[Any]:
     return out
 
 
+# A process's crash dump as Ray's C++ signal handler writes it to the worker's stderr (abseil's failure handler):
+# "*** SIGABRT received at time=... on cpu N ***", "PC: @ ...", the "    @ 0x..." frames, the same lines again under
+# Ray's "[date E pid tid] logging.cc:N:" prefix, then Python's faulthandler ("Fatal Python error: Aborted", thread
+# stacks, "Extension modules: ..."). A SIGTERM's is a process Ray ended itself (a worker group torn down): nothing
+# for the run. A crash's (SIGABRT, SIGSEGV, ...) becomes one line naming the signal; a C++ check that failed first
+# ("[mutex.cc : 1954] RAW: Check ... failed: ...") stays, since it says why. The worker's .err file keeps it all.
+# Ray Train's own helper actors that it kills at every worker group's end (its PreemptionWatcher) print nothing:
+# seen once in a full `make test` (Ray 2.60, 2026-12-05), the watcher aborting on a corrupt mutex as it was killed
+# while a killed worker's group was torn down.
+_LOGGED = r"(?:\[[^\]]*\] logging\.cc:\d+: )?"
+_SIGNAL = re.compile(r"^" + _LOGGED + r"\*\*\* (SIG[A-Z]+) received at time=\d+ on cpu \d+ \*\*\*$")
+_DUMP_LINE = re.compile(
+    r"^" + _LOGGED + r"(?:PC: @ |\s+@\s+0x[0-9a-f]+\s)"
+    r"|^Fatal Python error: |^Extension modules: |^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):"
+    r"|^  File \".*\", line \d+ in \S+$|^\s*$")
+_CHECK_FAILED = re.compile(r"^\[\S+ : \d+\] RAW: Check .* failed")
+TEARDOWN_HELPERS = frozenset({"PreemptionWatcher"})
+
+
+def crash_line(signal: str) -> str:
+    return f"this process ended on {signal} (its crash dump is in its worker .err log under the Ray session's logs/)"
+
+
 class _WithoutBenignLines:
-    """Wraps Ray's handler for forwarded output: the batch less the known-benign lines."""
+    """Wraps Ray's handler for forwarded output: the batch less the known-benign lines. It remembers which
+    processes are printing a crash dump, since a dump may come in more than one batch."""
 
     def __init__(self, inner: Callable[[dict[str, Any]], None]):
         self.inner = inner
+        self._dumping: dict[tuple[Any, Any], None] = {}  # (ip, pid) of processes whose dump has started
+
+    def _without_crash_dumps(self, data: dict[str, Any], lines: list[Any]) -> list[Any]:
+        key, helper = (data.get("ip"), data.get("pid")), data.get("actor_name") in TEARDOWN_HELPERS
+        if key not in self._dumping and not any(
+                isinstance(line, str) and (_SIGNAL.search(line) or helper and _CHECK_FAILED.search(line))
+                for line in lines):
+            return lines
+        out: list[Any] = []
+        for line in lines:
+            if not isinstance(line, str):
+                out.append(line)
+            elif m := _SIGNAL.search(line):
+                if key not in self._dumping and m.group(1) != "SIGTERM" and not helper:
+                    out.append(crash_line(m.group(1)))
+                self._dumping[key] = None
+                while len(self._dumping) > 256:  # bounded: a dump is its process's last output
+                    del self._dumping[next(iter(self._dumping))]
+            elif key in self._dumping and _DUMP_LINE.search(line):
+                continue
+            elif helper and _CHECK_FAILED.search(line):
+                continue
+            else:
+                out.append(line)
+        return out
 
     def __call__(self, data: dict[str, Any]) -> None:
         lines = data.get("lines") or []
         kept = [line for line in without_benign_blocks(lines)
                 if not (isinstance(line, str) and BENIGN_FORWARDED_LINES.search(line))]
+        kept = self._without_crash_dumps(data, kept)
         if data.get("pid") == "raylet":
             kept = without_raylet_stack_traces(kept)
         if kept != lines:

@@ -250,3 +250,51 @@ def test_a_workers_lost_peer_traceback_becomes_one_line_and_other_errors_print_w
         "restarts without it", "b"]
     user_bug = [*PEER_LOST[:-2], "ZeroDivisionError: division by zero"]
     assert without_benign_blocks(user_bug) == user_bug
+
+
+# Ray 2.60's crash dump in a worker's stderr, forwarded to the driver (seen in a full `make test`, 2026-12-05: the
+# PreemptionWatcher that Ray Train kills at a worker group's end aborting as it died).
+CHECK = ("[mutex.cc : 1954] RAW: Check (v & (kMuWriter | kMuReader)) != (kMuWriter | kMuReader) failed: Lock: Mutex "
+         "corrupt: both reader and writer lock held: 0xffffffffffffff0b")
+ABORT = [
+    "*** SIGABRT received at time=1796555089 on cpu 1 ***",
+    "PC: @     0x7fcca349feec  (unknown)  (unknown)",
+    "    @     0x7fcca3451050       9104  (unknown)",
+    "[2026-12-06 11:04:49,440 E 29062 30142] logging.cc:474: *** SIGABRT received at time=1796555089 on cpu 1 ***",
+    "[2026-12-06 11:04:49,567 E 29062 30142] logging.cc:474: PC: @     0x7fcca349feec  (unknown)  (unknown)",
+    "[2026-12-06 11:04:49,568 E 29062 30142] logging.cc:474:     @     0x7fcca3451050       9104  (unknown)",
+    "Fatal Python error: Aborted",
+    "",
+    "Thread 0x00007fcca2bff6c0 (most recent call first):",
+    '  File "/usr/lib/python3.11/threading.py", line 331 in wait',
+    "",
+    "Extension modules: msgpack._cmsgpack, google._upb._message, psutil._psutil_linux (total: 3)",
+]
+
+
+def test_a_teardown_helpers_crash_dump_prints_nothing_even_across_batches():
+    from elastic_train.launch.quiet import crash_line
+
+    printed = []
+    printer = _WithoutBenignLines(printed.append)
+    watcher = {"pid": 29062, "ip": "10.0.0.1", "actor_name": "PreemptionWatcher"}
+    printer({**watcher, "lines": [CHECK, *ABORT[:4]]})
+    printer({**watcher, "lines": ABORT[4:]})
+    assert printed == []
+    # the same dump from a worker of the run: the check that failed and one line naming the signal; the next
+    # batch's frames are still dropped, and a line that is no part of a dump still prints
+    worker = {"pid": 31, "ip": "10.0.0.1", "actor_name": "RayTrainWorker"}
+    printer({**worker, "lines": ["before", CHECK, *ABORT[:5]]})
+    printer({**worker, "lines": [*ABORT[5:], "after"]})
+    assert [d["lines"] for d in printed] == [["before", CHECK, crash_line("SIGABRT")], ["after"]]
+
+
+def test_a_process_ray_ends_with_sigterm_drops_its_dump_and_other_processes_print_as_they_came():
+    printed = []
+    printer = _WithoutBenignLines(printed.append)
+    term = [line.replace("SIGABRT", "SIGTERM") for line in ABORT[:6]]
+    printer({"pid": 7, "lines": term})
+    assert printed == []
+    other = ["", "    @ not a frame", '  File "x.py", line 3 in f', "Fatal Python error: kept"]
+    printer({"pid": 8, "lines": other})
+    assert printed == [{"pid": 8, "lines": other}]
