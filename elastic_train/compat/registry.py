@@ -18,6 +18,8 @@ over :data:`ENTRIES`. Kinds:
 * ``const``: a private constant whose value we rely on (``value``).
 * ``grpc``: a gRPC method we call by its path; ``target`` is the generated module, ``value`` ``package.Service.Method``.
 * ``fields``: a generated protobuf message we build; ``value``: the comma-separated fields we set.
+* ``mirror``: upstream code we copy a part of (``value``: the first 16 hex digits of the sha256 of its source):
+  any change upstream, however small, fails the canary until the copy is checked against it again.
 * ``module``: a private module we import, or whose logger (named by it) we quiet or filter: it must exist.
 * ``ours``: our own process-level trick (a niceness change, a process-wide environment default, an exit
   without interpreter teardown): ``target`` is ``path::text`` and the file must still hold that text, so the
@@ -26,6 +28,7 @@ over :data:`ENTRIES`. Kinds:
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -55,6 +58,8 @@ class Entry:
 
 
 NO_PUBLIC = "no public API in Ray Train V2 (only UserCallback is public)"
+_NO_TORCH = ("the Train controller's process imports torch only to unpickle TorchConfig (~1.6 s per run, per "
+             "trial); no public backend config without it")
 
 ENTRIES: tuple[Entry, ...] = (
     # ---- Ray Core: the GCS's auth check before ray.init (compat/ray_core.py)
@@ -128,6 +133,25 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("ray.train._internal.autoscaling_coordinator_client:build_train_resource_request", "attr",
           "sweep/elastic.py", "the request body, as Ray Train builds it", "as above", RAY,
           params=("scaling_config", "num_workers")),
+    # ---- Ray Train: the torch backend's controller half without torch (compat/torch_backend.py)
+    Entry("ray.train.torch.config:_TorchBackend", "mirror", "compat/torch_backend.py (_LightTorchBackend)",
+          "its controller half for gloo / nccl over env:// (on_start, on_shutdown, on_training_start, "
+          "share_cuda_visible_devices)", _NO_TORCH, RAY, value="8476765a740b96e3"),
+    Entry("ray.train.torch.config:TorchConfig", "mirror", "compat/torch_backend.py (LightTorchConfig)",
+          "the same fields, defaults, context and framework", _NO_TORCH, RAY, value="7666b34edd7a7e0d"),
+    Entry("ray.train.torch.config:_setup_torch_process_group", "attr", "compat/torch_backend.py (in the worker)",
+          "every rank's init_process_group", _NO_TORCH, RAY,
+          params=("backend", "world_rank", "world_size", "init_method", "timeout_s")),
+    Entry("ray.train.torch.config:_set_torch_distributed_env_vars", "attr", "compat/torch_backend.py (in the "
+          "worker)", "RANK, LOCAL_RANK, WORLD_SIZE ... before the group forms", _NO_TORCH, RAY, params=()),
+    Entry("ray.train.torch.config:_shutdown_torch", "attr", "compat/torch_backend.py (in the worker)",
+          "the group destroyed at a worker group's end", _NO_TORCH, RAY, params=("destroy_process_group",)),
+    Entry("ray.train.torch.config:TorchConfigContextManager", "attr", "compat/torch_backend.py (in the worker)",
+          "the CUDA device set around the training function", _NO_TORCH, RAY),
+    Entry("ray.train.v2._internal.util:TrainingFramework.TORCH", "attr", "compat/torch_backend.py",
+          "the run's framework, as TorchConfig gives it (Ray's run state and dashboard)", _NO_TORCH, RAY),
+    Entry("ray.train._internal.utils:get_address_and_port", "attr", "compat/torch_backend.py (on worker 0)",
+          "the process group's master address", _NO_TORCH, RAY, params=()),
     # ---- Ray Train: environment knobs (ray/train/v2/_internal/constants.py)
     Entry("ray.train.v2._internal.constants:HEALTH_CHECK_INTERVAL_S_ENV_VAR", "env", "launch/trainer.py",
           "report() waits for the controller's poll: 2 s per checkpoint by default",
@@ -279,6 +303,9 @@ def problem(e: Entry) -> str | None:
             return f"{e.target} lacks {', '.join(missing)}" if missing else None
         if e.kind in ("env", "const"):
             return None if obj == e.value or getattr(obj, "name", None) == e.value else f"now names {obj!r}"
+        if e.kind == "mirror":
+            digest = hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
+            return None if digest == e.value else f"{e.target}'s source changed (sha256 {digest}): check our copy"
         if e.kind == "calls":  # a function that must still call ``value`` by its module-level name
             return None if f"{e.value}(" in inspect.getsource(obj) else f"{e.target} no longer calls {e.value}"
         if e.kind == "literal":  # an environment variable read under a literal name inside ``target``

@@ -11,6 +11,7 @@ from ray.train.torch import TorchTrainer
 
 from elastic_train.compat.ray_core import SETUP_HOOK_ENV
 from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, START_TIMEOUT_ENV
+from elastic_train.compat.torch_backend import LightTorchConfig
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.controller import ControllerPriority, FreshClusterView, RestartPhases
@@ -51,6 +52,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
     trainer = _Trainer(
         train_loop_per_worker,
         train_loop_config=dict(vars(args)),  # shallow: the resources hold actor handles
+        torch_config=LightTorchConfig(),  # the controller's process without torch (compat/torch_backend.py)
         scaling_config=_scaling(ctx, ray_num_workers(cfg),
                                 elastic_resize_monitor_interval_s=cfg.scaling.resize_check_interval_s),
         run_config=_run_config(
@@ -91,6 +93,7 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
         evaluate_loop_per_worker,
         train_loop_config={"config": cfg.model_dump(mode="json"), "weights_ref": weights_ref, "data_ref": data_ref,
                            "ledger": ledger},
+        torch_config=LightTorchConfig(),
         scaling_config=_scaling(ctx, cfg.scaling.max_workers),
         run_config=_run_config(ctx),
     )

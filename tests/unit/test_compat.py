@@ -11,7 +11,7 @@ import pytest
 from elastic_train.compat.registry import ENTRIES, Entry, problem
 from tests.conftest import ROOT
 
-KINDS = {"attr", "override", "member", "env", "literal", "calls", "const", "grpc", "fields", "module", "ours"}
+KINDS = {"attr", "override", "member", "env", "literal", "calls", "const", "grpc", "fields", "module", "ours", "mirror"}
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.kind}:{e.target}:{e.value or ''}")
@@ -34,6 +34,8 @@ def test_a_renamed_override_or_knob_fails_the_canary():
     assert "no longer calls" in problem(Entry(**{**vars(calls), "value": "print_to_stdstream_v2"}))
     fields = next(e for e in ENTRIES if e.kind == "fields")
     assert "lacks keep_alive_s" in problem(Entry(**{**vars(fields), "value": "keep_alive_s"}))
+    mirror = next(e for e in ENTRIES if e.kind == "mirror")
+    assert "source changed" in problem(Entry(**{**vars(mirror), "value": "0" * 16}))
     moved = Entry(**{**vars(real), "params": ("self", "kwargs")})
     assert problem(moved).startswith("signature")
 
