@@ -126,6 +126,12 @@ class StreamData:
         self._restored: dict[str, Any] | None = None
         self._val_cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._held: dict[str, Any] = {}  # rank 0 keeps each split (its coordinator actor) alive while it is read
+        # Splits this rank has read to the end. Another rank may still be reading its tail of the same split, and
+        # the coordinator dies with rank 0's last reference (the other ranks' copies came over torch.distributed,
+        # outside Ray's reference counting): a slower rank 1 failed with "all references to the actor were
+        # removed" and the run restarted. Dropped once the next step has run, whose all-reduce every rank reaches
+        # only after finishing what it read before it.
+        self._finished: list[Any] = []
         self._ahead: _Ahead | None = None  # the next epoch, started half-way through this one
         self.trace = Trace(trace_path, rank, plan.world_size)
 
@@ -212,9 +218,10 @@ class StreamData:
                         xs, ys = xs.pin_memory(), ys.pin_memory()
                     micro.append((xs.to(self.device, non_blocking=True), ys.to(self.device, non_blocking=True)))
             yield step, micro
+            self._finished.clear()  # the step ran on every rank (see __init__)
         for _ in rows:  # the ragged tail (< G rows over all ranks): read to the end so the split finishes
             pass
-        self._held.pop("train", None)
+        self._finished.append(self._held.pop("train", None))
 
     def _rows(self, it: Any, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, np.ndarray]]:
         shuffle_seed = (self.seed * 1_000_003 + epoch) * 1009 + self.rank
@@ -242,7 +249,7 @@ class StreamData:
                 else:
                     cache = None
             yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        self._held.pop("val", None)
+        self._finished.append(self._held.pop("val", None))
         self._val_cache = cache
 
     # ------------------------------------------------------------------------------ trace
@@ -256,6 +263,7 @@ class StreamData:
     def close(self) -> None:
         self._ahead = None
         self._held.clear()
+        self._finished.clear()
         self.trace.close()
 
 

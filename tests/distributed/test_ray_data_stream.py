@@ -51,10 +51,9 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
         assert foreign not in console, (foreign, console[-4000:])
     assert marker.exists(), "the fault never fired"
     assert "streamed (data.ray_mode=stream)" in out
-    # One restart is the fault's. Two were seen twice here late in a full `make test` (2026-12-05), never alone: the
-    # run still FINISHED and exactly once held; Ray's logs of the dead workers were gone, so the console (Ray's
-    # one-line reason per failure, launch/quiet.py) is what the message shows until the second cause is known.
-    assert 1 <= summary["restarts"] <= 2, out[-6000:]
+    # One restart, the fault's. A second one, seen late in full `make test` runs, was rank 1 still reading its part
+    # of a validation split whose coordinator died with rank 0's reference (data/stream.py, _finished).
+    assert summary["restarts"] == 1, out[-6000:]
     # resumed mid-epoch: the checkpoint's consumed ids were filtered out of the rest of epoch 1
     assert re.search(r"resumed from checkpoint_\d+ \(epoch 1, step [1-9]", logs.since())
     assert summary["final_metrics"]["val_accuracy"] > 0.5

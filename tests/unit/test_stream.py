@@ -4,6 +4,8 @@ the Ray Data source)."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -226,3 +228,44 @@ def test_an_error_reading_the_next_epoch_ahead_is_raised_when_that_epoch_starts(
     assert len(served_ids(data.epoch(0, then=1))) == 10  # epoch 0 trains in full
     with pytest.raises(OSError, match="epoch 1 are gone"):
         next(data.epoch(1))
+
+
+class HeldSource(FakeSource):
+    """FakeSource whose splits can be watched for their end (a split is its coordinator actor in Ray Data: it
+    lives while rank 0 references it)."""
+
+    class Split(list):
+        pass
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.alive: dict[tuple[str, int], weakref.ref] = {}
+
+    def split(self, part, epoch, seed, world, exclude, equal):
+        s = self.Split(super().split(part, epoch, seed, world, exclude, equal))
+        self.alive[part, epoch] = weakref.ref(s)
+        return s
+
+    def live(self, part: str, epoch: int) -> bool:
+        gc.collect()
+        return self.alive[part, epoch]() is not None
+
+
+def test_rank_0_keeps_a_split_it_finished_until_the_next_step_has_run_on_every_rank():
+    """Another rank may still read its tail of a split rank 0 has finished (seen: rank 1 failing mid-validation,
+    its coordinator gone). The next step's all-reduce is where every rank is past it."""
+    src = HeldSource(100)
+    split = StreamSplit(src, src.n, np.zeros((1, 1), np.float32))
+    data = StreamData(DataBundle(split, split, DataSpec("classification", (1,), 2)), BatchPlan(10, 1), 0, seed=0,
+                      device=torch.device("cpu"))
+    steps = data.epoch(0)
+    next(steps)
+    assert list(data.val_batches(10)) and src.live("val", 0)  # this rank's pass is done; the split lives on
+    next(steps)
+    assert not src.live("val", 0) and src.live("train", 0)  # a step later: gone; the epoch's own split still read
+    for _ in steps:
+        pass
+    assert src.live("train", 0)  # the epoch ended on this rank: kept until the next epoch's first step has run
+    later = data.epoch(1)
+    next(later), next(later)
+    assert not src.live("train", 0)
