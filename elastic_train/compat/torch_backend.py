@@ -2,10 +2,10 @@
 
 **Why.** Ray Train runs its controller in a new process for every run (every ``jobs.train``, every sweep trial).
 To unpickle the run's ``TorchConfig`` that process imports ``ray.train.torch.config``, whose first line is
-``import torch``: ~1.6 s of CPU on an idle core (``python -X importtime``, 2026-12-06), ~3 s while the workers
-start beside it on 2 cores, before the controller can start the worker group. The controller itself never
-touches a tensor: its half of the backend only picks the process group's backend, asks worker 0 for an address,
-and tells every worker to join. The workers import torch anyway.
+``import torch``: 1.65 s of the controller's 3.1 s of imports on an idle core (``python -X importtime``,
+2026-12-06; 3.8 s for that one import on a busy 2-core box), before the controller can start the worker group.
+The controller itself never touches a tensor: its half of the backend only picks the process group's backend,
+asks worker 0 for an address, and tells every worker to join. The workers import torch anyway.
 
 **What.** :class:`LightTorchConfig` is ``TorchConfig``'s three fields with a backend whose controller half is
 Ray's ``_TorchBackend`` for the cases this engine runs (``gloo`` on CPUs, ``nccl`` on GPUs, ``env://``, Ray Train
