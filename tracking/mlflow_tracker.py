@@ -47,6 +47,9 @@ def quiet_client_retries() -> None:
 ATTEMPT_TAG = "elastic_train.attempt"
 
 
+_WAKE = ("wake", None)  # close() puts it in the queue to end the sender thread's wait; never sent or spooled
+
+
 class MlflowTracker:
     """Logs into one existing run (``spec.run_id``); never creates or ends runs (the driver does)."""
 
@@ -150,12 +153,14 @@ class MlflowTracker:
                 pass
         self.flush(timeout_s)
         self._closed.set()
+        self._queue.put(_WAKE)  # the sender thread may sit in its 0.2 s queue wait: end it now, not at the timeout
         # A request in flight must end (answered, or timed out) before this process may exit: one the server
         # still processes after our exit (our fence released) would land after a restarted run read its floor.
         self._thread.join(timeout=_request_timeout() + 5)
         leftover = list(self._pending)
         while not self._queue.empty():
             leftover.append(self._queue.get_nowait())
+        leftover = [item for item in leftover if item is not _WAKE]
         if self.superseded_by is not None:  # a replaced writer writes nothing: not even a spool to replay later
             self.refused += len(leftover)
             leftover = []
@@ -182,14 +187,18 @@ class MlflowTracker:
             with self._lock:
                 while len(self._pending) < 5000:
                     try:
-                        self._pending.append(self._queue.get_nowait())
+                        item = self._queue.get_nowait()
                     except queue.Empty:
                         break
+                    if item is not _WAKE:
+                        self._pending.append(item)
             if not self._pending:
                 self._idle.set()
                 try:
                     item = self._queue.get(timeout=0.2)
                 except queue.Empty:
+                    continue
+                if item is _WAKE:
                     continue
                 with self._lock:
                     self._pending.append(item)
