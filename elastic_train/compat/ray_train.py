@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+# Ray Train's worker-group callback that hands each worker its shards of the trainer's ``datasets`` through a
+# DatasetManager actor (launch/controller.py: none is started when the trainer has no datasets).
+from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
+# Ray Train's callback that starts a detached PlacementGroupCleaner per run (launch/controller.py: not in sweep
+# trials, whose placement groups the sweep's driver reaps).
+from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+
 # Callback bases. Ray Train V2 exposes only ``UserCallback`` publicly; hooks on the controller (its start, a
 # failure), on the worker group (its start and shutdown), on reports, and in a worker before the training
 # function runs are only in this internal module (ray-project/ray: Train V2 callbacks, "DeveloperAPI" at most).
@@ -31,7 +39,8 @@ from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScali
 
 __all__ = [
     "AUTOSCALING_REQUESTS_EXPIRE_TIME_S", "AUTOSCALING_REQUESTS_GET_TIMEOUT_S", "HEALTH_CHECK_ENV",
-    "START_TIMEOUT_ENV", "STORAGE_LOGGER", "ControllerCallback", "ElasticScalingPolicy", "ReportCallback",
+    "START_TIMEOUT_ENV", "STORAGE_LOGGER", "ControllerCallback", "DatasetsCallback", "ElasticScalingPolicy",
+    "PlacementGroupCleanerCallback", "ReportCallback",
     "TrainAutoscalingCoordinatorClient", "WorkerCallback", "WorkerGroupCallback", "autoscaling_coordinator",
     "build_train_resource_request", "resource_request_priority", "train_context_logger", "train_run_id",
 ]

@@ -14,13 +14,31 @@ waited out Ray Train's 30 s worker-group start timeout, and only then shrank: ~5
 hosts (tests/hosts). :class:`FreshClusterView` asks the coordinator to recompute (its own ``recompute=True``
 path, which Ray uses before it pins nodes) when the controller handles a failure, so the next group is sized on
 the nodes alive now.
+
+**No DatasetManager without datasets.** At every worker-group start (each run, each restart, each sweep trial)
+Ray Train's ``DatasetsCallback`` creates a ``DatasetManager`` actor, a new Python process importing Ray and Ray
+Data, to hand out shards of the trainer's ``datasets``. This engine passes none (its data reaches the workers
+through the object store, or streamed splits rank 0 builds: data/stream.py), so that process only took a core
+for a second beside the workers starting up. :class:`DatasetsWithoutManager` starts it only when there are
+datasets; the DataContext still reaches the workers as before.
+
+**No PlacementGroupCleaner where the caller reaps.** Ray Train starts a detached ``PlacementGroupCleaner`` actor
+per run (one more process: ~1.8 s of CPU, measured per sweep trial on 2 cores) to remove the run's placement
+group if its controller dies without cleaning up. A sweep's driver already does that for every trial, through
+the GCS and without the dashboard Ray's cleaner needs (sweep/placement_groups.py), so a trial
+(``RunResources.placement_groups_reaped``) starts none. A run on its own keeps Ray's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from elastic_train.compat.ray_train import ControllerCallback, WorkerGroupCallback
+from elastic_train.compat.ray_train import (
+    ControllerCallback,
+    DatasetsCallback,
+    PlacementGroupCleanerCallback,
+    WorkerGroupCallback,
+)
 from elastic_train.train.faults import append_marker
 from elastic_train.train.priority import normal_priority
 
@@ -45,6 +63,37 @@ class FreshClusterView(ControllerCallback):
                     timeout=self.TIMEOUT_S)
         except Exception:  # best effort (a private actor: compat canary)
             pass
+
+
+class NoDatasets:
+    """Each worker's dataset shard provider when the trainer has no datasets: any shard asked for is missing."""
+
+    def get_dataset_shard(self, dataset_info: Any) -> Any:
+        raise KeyError(f"Dataset shard for '{dataset_info.dataset_name}' not found: this trainer has no datasets")
+
+
+class DatasetsWithoutManager(DatasetsCallback):
+    """Ray's ``DatasetsCallback``, less its DatasetManager actor when there are no datasets (module docstring)."""
+
+    def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
+        if self._datasets:
+            return super().before_init_train_context(workers)
+        self._dataset_shard_provider = None  # nothing to shut down at the group's end
+        return {"dataset_shard_provider": [NoDatasets()] * len(workers)}
+
+
+def leaner_default_callbacks(callbacks: list[Any], train_run_context: Any, datasets: Any, *,
+                             keep_pg_cleaner: bool) -> list[Any]:
+    """Ray Train's default callbacks, its DatasetsCallback replaced by a :class:`DatasetsWithoutManager`, and its
+    PlacementGroupCleanerCallback left out unless ``keep_pg_cleaner`` (module docstring)."""
+    out = []
+    for cb in callbacks:
+        if type(cb) is DatasetsCallback:
+            cb = DatasetsWithoutManager(train_run_context=train_run_context, datasets=datasets)
+        elif type(cb) is PlacementGroupCleanerCallback and not keep_pg_cleaner:
+            continue
+        out.append(cb)
+    return out
 
 
 class RestartPhases(ControllerCallback, WorkerGroupCallback):

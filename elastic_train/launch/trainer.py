@@ -14,7 +14,12 @@ from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, START_TIMEOUT_ENV
 from elastic_train.compat.torch_backend import LightTorchConfig
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
-from elastic_train.launch.controller import ControllerPriority, FreshClusterView, RestartPhases
+from elastic_train.launch.controller import (
+    ControllerPriority,
+    FreshClusterView,
+    RestartPhases,
+    leaner_default_callbacks,
+)
 from elastic_train.launch.preflight import worker_resources
 from elastic_train.launch.storage import ray_storage
 from elastic_train.train.faults import FaultPlan
@@ -67,15 +72,22 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
         ),
     )
     trainer.scaling_policy = res.scaling_policy
+    trainer.placement_groups_reaped = res.placement_groups_reaped
     return trainer
 
 
 class _Trainer(TorchTrainer):
     """TorchTrainer whose Train controller can get another scaling policy than Ray's default for its config
     (``scaling_policy``: ScalingConfig -> policy; Ray's own when None). Ray builds the policy here, in the driver,
-    and hands it to the controller actor."""
+    and hands it to the controller actor. Fewer helper processes than Ray starts (launch/controller.py): none to
+    hand out datasets when there are none, and no PlacementGroupCleaner when ``placement_groups_reaped``."""
 
     scaling_policy: Any | None = None
+    placement_groups_reaped: bool = False
+
+    def _create_default_callbacks(self) -> list[Any]:
+        return leaner_default_callbacks(super()._create_default_callbacks(), self.train_run_context, self.datasets,
+                                        keep_pg_cleaner=not self.placement_groups_reaped)
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
         if self.scaling_policy is not None:
@@ -89,7 +101,7 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
 
     cfg = ctx.cfg
     _ray_train_env(cfg)
-    return TorchTrainer(
+    return _Trainer(
         evaluate_loop_per_worker,
         train_loop_config={"config": cfg.model_dump(mode="json"), "weights_ref": weights_ref, "data_ref": data_ref,
                            "ledger": ledger},

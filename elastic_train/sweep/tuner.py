@@ -142,7 +142,8 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
         from tracking.relay import start_relay
 
         relay = start_relay(parent.env)
-    trial = TrialContext(base, plan.sweep_dir, RunResources(data_ref=data_ref, ledger=ledger, tracking_relay=relay))
+    trial = TrialContext(base, plan.sweep_dir, RunResources(data_ref=data_ref, ledger=ledger, tracking_relay=relay,
+                                                            placement_groups_reaped=True))
     callbacks = [OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt"),
                  TrialProgress(plan.sweep_dir, plan.cfg)]
     if plan.ctx.tracking is not None:  # each trial's run opened and closed here, not in the trial (runs.py)
