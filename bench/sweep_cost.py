@@ -86,6 +86,7 @@ def run(home: Path, name: str, args: argparse.Namespace, *overrides: str) -> dic
         "wall_s": round(time.time() - started, 1),
         "world_sizes": {t["trial_id"]: t["world_sizes"] for t in s["trials"]},
         "grown": [t["trial_id"] for t in s["trials"] if grew(t["world_sizes"])],
+        "driver_phases_s": s.get("phases"),  # where the sweep driver's wall went (they add up to it)
     }
 
 
