@@ -43,6 +43,7 @@ __all__ = [
     "PlacementGroupCleanerCallback", "ReportCallback",
     "TrainAutoscalingCoordinatorClient", "WorkerCallback", "WorkerGroupCallback", "autoscaling_coordinator",
     "build_train_resource_request", "resource_request_priority", "train_context_logger", "train_run_id",
+    "train_run_requester",
 ]
 
 # Environment knobs read by the Train controller (ray/train/v2/_internal/constants.py; no ScalingConfig or
@@ -52,6 +53,12 @@ START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"  # a restart after 
 
 # Tune's report in a trial logs "Checkpoint successfully created at: ..." at INFO on this logger (sweep/relay.py).
 STORAGE_LOGGER = "ray.train._internal.storage"
+
+
+def train_run_requester(run_id: str) -> str:
+    """The AutoscalingCoordinator requester id under which a Train run's scaling policy asks for its workers (its
+    controller cancels it at a graceful end; one ended by a kill leaves it for the coordinator's 180 s expiry)."""
+    return f"train-{run_id}"
 
 
 def autoscaling_coordinator() -> Any:

@@ -92,7 +92,16 @@ class _Trainer(TorchTrainer):
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
         if self.scaling_policy is not None:
             controller_init_kwargs["scaling_policy"] = self.scaling_policy(self.scaling_config)
-        return super()._initialize_and_run_controller(**controller_init_kwargs)
+        run_id = self.train_run_context.run_id
+        RUNNING_TRAIN_RUNS.add(run_id)
+        try:
+            return super()._initialize_and_run_controller(**controller_init_kwargs)
+        finally:
+            RUNNING_TRAIN_RUNS.discard(run_id)
+
+
+# The Train run ids whose controller this process waits on (a sweep trial ending its run: sweep/stops.py)
+RUNNING_TRAIN_RUNS: set[str] = set()
 
 
 def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger: Any) -> TorchTrainer:

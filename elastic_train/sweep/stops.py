@@ -52,9 +52,26 @@ class StopWatch:
                 return
 
     def _end_train_run(self) -> None:
+        from elastic_train.launch.trainer import RUNNING_TRAIN_RUNS
         from elastic_train.sweep.placement_groups import kill_via_gcs, own_train_controllers
 
+        runs = list(RUNNING_TRAIN_RUNS)
         try:
             kill_via_gcs(own_train_controllers())
         except Exception as e:  # the process then ends as it did before reuse: Tune fails to reset it
             log.warning("could not end a stopped trial's Train run: %s", e)
+        cancel_resource_requests(runs)
+
+
+def cancel_resource_requests(run_ids: list[str]) -> None:
+    """Cancel what the killed Train runs ``run_ids`` asked the cluster-wide AutoscalingCoordinator for. A killed
+    controller never cancels it, and the coordinator keeps a reservation 180 s: an elastic run started meanwhile
+    (a later trial, the next sweep, a job on the same cluster) could not grow into those workers. Best effort."""
+    from elastic_train.compat.ray_train import autoscaling_coordinator, train_run_requester
+
+    try:
+        coordinator = autoscaling_coordinator() if run_ids else None
+        for run_id in run_ids:
+            coordinator.cancel_request.remote(requester_id=train_run_requester(run_id))
+    except Exception as e:  # the requests expire by themselves
+        log.debug("resource requests of %s not cancelled: %s", run_ids, e)
