@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,7 @@ def asha(ray_module, session_home, tmp_path_factory):
     marker = tmp / "fault-fired"
     os.environ["ELASTIC_TRAIN_FAULT"] = f"step=3,rank=1,marker={marker},mode=exit"
     console = Tee(sys.stdout)
+    started = time.time()
     try:
         # The digits, built by a user function that counts its calls (tests/helpers/user_code.py).
         with contextlib.redirect_stdout(console):
@@ -78,6 +80,7 @@ def asha(ray_module, session_home, tmp_path_factory):
     finally:
         del os.environ["ELASTIC_TRAIN_FAULT"]
     (tmp / "console.txt").write_text(console.getvalue())
+    (tmp / "window.json").write_text(json.dumps([started, time.time()]))  # when the sweep ran (the actor table)
     return tmp, summary, marker
 
 
@@ -266,7 +269,9 @@ def test_stopped_trials_leave_no_workers_or_placement_groups(asha, ray_module):
     # Fewer helper processes per trial (launch/controller.py): the sweep reaps its trials' placement groups, so no
     # trial starts Ray's PlacementGroupCleaner, and no run with no Ray datasets starts a DatasetManager; each
     # was a new Python process per trial. Ray Train's other helpers are still there (the check can see them).
-    started = {a.get("ActorClassName") for a in actors().values()}
+    begin, end = json.loads((tmp / "window.json").read_text())  # the session's cluster holds other tests' actors
+    started = {a.get("ActorClassName") for a in actors().values()
+               if begin * 1000 <= (a["StartTime"] or 0) <= end * 1000}
     assert "SynchronizationActor" in started and "TrainController" in started, started
     assert not started & {"PlacementGroupCleaner", "DatasetManager"}, started
 
