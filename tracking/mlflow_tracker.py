@@ -131,7 +131,7 @@ class MlflowTracker:
         try:
             while time.monotonic() < deadline:
                 with self._lock:
-                    if self._queue.empty() and not self._pending:
+                    if not self._queue.unfinished_tasks and not self._pending:  # see _take
                         return True
                 self._idle.clear()
                 self._idle.wait(min(0.2, max(0.0, deadline - time.monotonic())))
@@ -142,7 +142,7 @@ class MlflowTracker:
     def pending(self) -> int:
         """Items not yet sent (queued or in flight)."""
         with self._lock:
-            return len(self._pending) + self._queue.qsize()
+            return len(self._pending) + self._queue.unfinished_tasks
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush within ``timeout_s``; spool the rest to JSONL. Returns ``{sent, unsent, spool_path}``."""
@@ -187,21 +187,19 @@ class MlflowTracker:
             with self._lock:
                 while len(self._pending) < 5000:
                     try:
-                        item = self._queue.get_nowait()
+                        self._take(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                    if item is not _WAKE:
-                        self._pending.append(item)
             if not self._pending:
                 self._idle.set()
                 try:
                     item = self._queue.get(timeout=0.2)
                 except queue.Empty:
                     continue
+                with self._lock:
+                    self._take(item)
                 if item is _WAKE:
                     continue
-                with self._lock:
-                    self._pending.append(item)
                 if item[0] in ("metric", "metric_unless"):
                     # Let metrics accumulate into one request: per-step logging then costs one request a second,
                     # not one per step (each is milliseconds of CPU, stolen from training on small machines).
@@ -218,6 +216,14 @@ class MlflowTracker:
                     log.warning("MLflow unreachable (%s); %d items buffered, retrying", _short(e), len(self._pending))
                 self._closed.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
+
+    def _take(self, item: tuple[str, Any]) -> None:
+        """An item taken from the queue goes to the pending ones (under the lock). The queue counts it as
+        unfinished until then: a flush that found the queue empty while the item was in this thread's hands,
+        taken but not yet pending, returned with it unsent (and a close then spooled it)."""
+        if item is not _WAKE:
+            self._pending.append(item)
+        self._queue.task_done()
 
     def _send_some(self) -> None:
         """Send one request's worth from the head of the pending queue; drop it only after success."""

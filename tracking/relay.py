@@ -123,6 +123,11 @@ class TrackingRelay:
         return {"sent": tracker.sent, "unsent": unsent, "spool_path": spec["spool_path"], "still_sending": True,
                 "skipped": tracker.skipped}
 
+    async def closes_in_progress(self) -> int:
+        """How many closes are running (each waits for its caller's calls, then flushes): what :meth:`close_all`
+        will wait for."""
+        return len(self._closes)
+
     async def close_all(self, timeout_s: float) -> list[dict[str, Any]]:
         """The sweep ends: let the closes in progress finish (a trial's last close can still be flushing when
         Tune has stopped it and the sweep ends), send what the runs still open hold (trials stopped mid-run,

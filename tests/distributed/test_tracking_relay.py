@@ -3,6 +3,7 @@ real sqlite MLflow store; the logging side runs in a Ray task, as a worker would
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import ray
@@ -118,6 +119,12 @@ def test_the_sweeps_end_waits_for_a_close_still_flushing(ray_session, home):
     for step in range(1, 4):
         tracker.log_metrics({"train_loss": 1.0 / step}, step=step)
     closing = relay.close.remote(tracker._spec, 30.0, tracker._stream, tracker._calls)  # the caller is gone
+    # The close has reached the relay (in a sweep, the trial sent it before Tune stopped it). Ray runs an async
+    # actor's calls in no guaranteed order: sent back to back, the sweep's end could run before the close was
+    # received, which no relay can wait for (seen once in ~20 suites: the run had none of its metrics).
+    deadline = time.monotonic() + 30
+    while not ray.get(relay.closes_in_progress.remote()) and not ray.wait([closing], timeout=0)[0]:
+        assert time.monotonic() < deadline, "the relay never received the close"
     stop_relay(relay)  # at once, as the sweep's end does
     assert history(spec) == [1, 2, 3]
     del closing

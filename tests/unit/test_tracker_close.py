@@ -32,3 +32,36 @@ def test_a_closed_writer_sends_everything_and_its_thread_ends(tmp_path):
     result = writer.close(timeout_s=30)
     assert not writer._thread.is_alive()
     assert result["sent"] == 2 and result["unsent"] == 0 and not (tmp_path / "spool.jsonl").exists()
+
+
+class Gate:
+    """A fence that holds the sender thread before it touches the queue, until the test opens it."""
+
+    def __init__(self):
+        import threading
+
+        self.open = threading.Event()
+
+    def acquire(self, timeout_s: float = 0.0, cancel=None) -> bool:
+        return self.open.wait(30)
+
+
+def test_a_flush_waits_for_an_item_the_sender_thread_holds_between_queue_and_pending(tmp_path):
+    """The sender thread takes an item from the queue, then adds it to the pending ones under the lock. A flush in
+    between saw neither (queue empty, nothing pending), returned True with the item unsent, and the close after it
+    spooled the item instead of sending it."""
+    from tracking.mlflow_backend import MlflowBackend
+
+    backend = MlflowBackend(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
+    spec, _ = backend.start_run("flush", "r", kind="train", spool_path=tmp_path / "spool.jsonl")
+    gate = Gate()
+    writer = MlflowTracker(spec, start_system_metrics=False, fence=gate)
+    writer.log_metrics({"loss": 1.0}, step=1)
+    item = writer._queue.get_nowait()  # in the sender thread's hands, as after its queue.get
+    assert writer.pending() == 1
+    assert writer.flush(timeout_s=0.3) is False
+    with writer._lock:
+        writer._take(item)
+    gate.open.set()
+    result = writer.close(timeout_s=30)
+    assert result["sent"] == 1 and result["unsent"] == 0 and not (tmp_path / "spool.jsonl").exists()
