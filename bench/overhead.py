@@ -21,7 +21,9 @@ beyond the optimizer it chose.
 (vocabulary 256) token sequences, batch 12 x 64 tokens, fp32, AdamW, grad clip 1.0, 1 worker with 2 CPUs; the
 plain loop is the same model (``build_model``), data, batch, optimizer and clipping in one process. Goal >= 0.95.
 It also runs the way a well-known minimal trainer steps the same model (nanoGPT's loop: batches drawn by index
-from tensors in memory, fused AdamW; ``ratio_vs_minimal``, issue 33's goal >= 0.97).
+from tensors in memory, fused AdamW; ``ratio_vs_minimal``, issue 33's goal >= 0.97), and that same loop inside
+bare Ray Train (a ``TorchTrainer`` of one 2-CPU worker on its own embedded Ray): ``ray_train_vs_minimal`` is what
+Ray Train's worker costs any loop on this machine, ``ratio_vs_minimal_in_ray_train`` the engine's own cost.
 
 The engine runs as a user runs it, ``python -m jobs.train`` in a process of its own with its embedded Ray; the
 plain loops run in this process while nothing of Ray is alive (before 2026-12-06 they ran beside the engine's
@@ -129,6 +131,45 @@ def minimal_gpt_loop(epochs: int, samples: int) -> dict[str, float]:
             "samples_per_second_median": 12 / statistics.median(timed), "final_loss": loss.item(), "steps": steps}
 
 
+def minimal_in_ray_train(epochs: int, samples: int, home: Path) -> dict[str, float]:
+    """The minimal loop inside bare Ray Train: a ``TorchTrainer`` with one worker of 2 CPUs (its thread at
+    niceness 0, as the engine's), on an embedded Ray started the way the engine starts its own, in a process of
+    its own (gone when it exits, so the plain loops still run alone). The engine's own cost is its ratio to this;
+    this one's ratio to the minimal loop alone is what running under Ray Train costs any loop."""
+    out = home / "minimal-in-ray-train.json"
+    with open(home / "minimal-in-ray-train.log", "a") as log:
+        rc = subprocess.run([sys.executable, __file__, "--_minimal-in-ray-train", str(out), "--epochs", str(epochs),
+                             "--samples", str(samples)], cwd=ROOT, stdout=log, stderr=log, timeout=1800).returncode
+    if rc != 0:
+        raise SystemExit(f"the minimal loop in Ray Train failed with exit code {rc} "
+                         f"(log: {home / 'minimal-in-ray-train.log'})")
+    return json.loads(out.read_text())
+
+
+def _minimal_in_ray_train_main(out: str, epochs: int, samples: int) -> None:
+    import logging
+
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    def loop(_: dict) -> None:
+        from elastic_train.train.priority import normal_priority
+
+        normal_priority()
+        Path(out).write_text(json.dumps(minimal_gpt_loop(epochs, samples)))
+
+    ray.init(address="local", logging_level=logging.WARNING, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    try:
+        with tempfile.TemporaryDirectory(prefix="et-bench-rt-") as tmp:
+            result = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 2}),
+                                  run_config=RunConfig(storage_path=tmp)).fit()
+        if result.error:
+            raise result.error
+    finally:
+        ray.shutdown()
+
+
 def plain_loop(epochs: int, samples: int, case: str = "mlp", fused: bool = False) -> dict[str, float]:
     """The loop a user writes by hand, on the same data the engine builds (``fused``: the optimizer's fused
     kernel, which the engine uses; a user's loop gets PyTorch's default, the per-tensor loop on the CPU)."""
@@ -210,7 +251,10 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=32768)
     p.add_argument("--repeats", type=int, default=2, help="engine runs per variant, interleaved with plain runs")
     p.add_argument("--case", choices=sorted(CASES), default="mlp", help="mlp (default) or the small gpt")
+    p.add_argument("--_minimal-in-ray-train", dest="minimal_in_ray_train", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.minimal_in_ray_train:
+        return _minimal_in_ray_train_main(args.minimal_in_ray_train, args.epochs, args.samples)
     if args.case == "gpt" and args.samples == p.get_default("samples"):
         args.samples = 12 * 400  # 360 steps an epoch at batch 12 (0.9 of the samples train)
     with tempfile.TemporaryDirectory(prefix="et-bench-") as tmp:
@@ -221,6 +265,7 @@ def main() -> None:
         minimal = args.case == "gpt"
         plain_runs, fused_runs, off_runs, on_runs = [plain_loop(args.epochs, args.samples, args.case)], [], [], []
         minimal_runs = [minimal_gpt_loop(args.epochs, args.samples)] if minimal else []
+        in_train_runs = []
         for _ in range(args.repeats):
             off_runs.append(engine(args.epochs, args.samples, False, home, args.case))
             fused_runs.append(plain_loop(args.epochs, args.samples, args.case, fused=True))
@@ -228,6 +273,7 @@ def main() -> None:
             plain_runs.append(plain_loop(args.epochs, args.samples, args.case))
             if minimal:
                 minimal_runs.append(minimal_gpt_loop(args.epochs, args.samples))
+                in_train_runs.append(minimal_in_ray_train(args.epochs, args.samples, home))
     plain, fused, without, with_tracking = (_median_run(r) for r in (plain_runs, fused_runs, off_runs, on_runs))
     med = "samples_per_second_median"
     out = {
@@ -259,7 +305,14 @@ def main() -> None:
             "ratio_vs_minimal": round(with_tracking[med] / _median_run(minimal_runs)[med], 3),
             "ratio_vs_minimal_mean_based": round(with_tracking["samples_per_second"]
                                                  / _median_run(minimal_runs)["samples_per_second"], 3),
-            "goal_ratio_vs_minimal": 0.97} if minimal_runs else {}),
+            "goal_ratio_vs_minimal": 0.97,
+            # The same minimal loop inside bare Ray Train: what Ray Train's worker costs any loop, and the engine
+            # against it (its own cost, Ray Train's taken out).
+            "minimal_in_ray_train_samples_per_second": round(_median_run(in_train_runs)[med], 1),
+            "minimal_in_ray_train_runs_samples_per_second": [round(r[med], 1) for r in in_train_runs],
+            "ray_train_vs_minimal": round(_median_run(in_train_runs)[med] / _median_run(minimal_runs)[med], 3),
+            "ratio_vs_minimal_in_ray_train": round(with_tracking[med] / _median_run(in_train_runs)[med], 3),
+            } if minimal_runs else {}),
         "goal_ratio": 0.97 if args.case == "mlp" else 0.95,
         "engine_wall_s": round(with_tracking["wall_s"], 1),
         "engine_checkpoint_s": with_tracking["checkpoint_s"],

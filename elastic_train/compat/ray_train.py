@@ -42,6 +42,7 @@ __all__ = [
     "START_TIMEOUT_ENV", "STORAGE_LOGGER", "ControllerCallback", "DatasetsCallback", "ElasticScalingPolicy",
     "PlacementGroupCleanerCallback", "ReportCallback",
     "TrainAutoscalingCoordinatorClient", "WorkerCallback", "WorkerGroupCallback", "autoscaling_coordinator",
+    "cancel_resource_requests",
     "build_train_resource_request", "resource_request_priority", "train_context_logger", "train_run_id",
     "train_run_requester",
 ]
@@ -68,6 +69,15 @@ def autoscaling_coordinator() -> Any:
     )
 
     return get_or_create_autoscaling_coordinator()
+
+
+def cancel_resource_requests(requester_ids: list[str]) -> None:
+    """Cancel the AutoscalingCoordinator's requests of ``requester_ids``, not waited for (one caller's calls to an
+    actor run in order). Raises what reaching the coordinator raises; never creates it for nothing to cancel."""
+    if requester_ids:
+        coordinator = autoscaling_coordinator()
+        for requester_id in requester_ids:
+            coordinator.cancel_request.remote(requester_id=requester_id)
 
 
 def resource_request_priority() -> Any:

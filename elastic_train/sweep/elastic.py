@@ -39,6 +39,7 @@ from elastic_train.compat.ray_train import (
     TrainAutoscalingCoordinatorClient,
     autoscaling_coordinator,
     build_train_resource_request,
+    cancel_resource_requests,
     resource_request_priority,
 )
 
@@ -120,9 +121,7 @@ class TrialFloors(Callback):
     def release(self, trial_id: str) -> None:
         self._sent.pop(trial_id, None)
         try:
-            coordinator = _coordinator()
-            for prefix in (FLOOR_PREFIX, EXTRA_PREFIX):
-                coordinator.cancel_request.remote(requester_id=f"{prefix}{trial_id}")
+            cancel_resource_requests([f"{prefix}{trial_id}" for prefix in (FLOOR_PREFIX, EXTRA_PREFIX)])
         except Exception as e:  # the requests expire by themselves
             log.debug("release %s: %s", trial_id, e)
 

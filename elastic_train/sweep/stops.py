@@ -67,11 +67,10 @@ def cancel_resource_requests(run_ids: list[str]) -> None:
     """Cancel what the killed Train runs ``run_ids`` asked the cluster-wide AutoscalingCoordinator for. A killed
     controller never cancels it, and the coordinator keeps a reservation 180 s: an elastic run started meanwhile
     (a later trial, the next sweep, a job on the same cluster) could not grow into those workers. Best effort."""
-    from elastic_train.compat.ray_train import autoscaling_coordinator, train_run_requester
+    from elastic_train.compat.ray_train import cancel_resource_requests as cancel
+    from elastic_train.compat.ray_train import train_run_requester
 
     try:
-        coordinator = autoscaling_coordinator() if run_ids else None
-        for run_id in run_ids:
-            coordinator.cancel_request.remote(requester_id=train_run_requester(run_id))
+        cancel([train_run_requester(run_id) for run_id in run_ids])
     except Exception as e:  # the requests expire by themselves
         log.debug("resource requests of %s not cancelled: %s", run_ids, e)
