@@ -123,6 +123,11 @@ class TrackingRelay:
         return {"sent": tracker.sent, "unsent": unsent, "spool_path": spec["spool_path"], "still_sending": True,
                 "skipped": tracker.skipped}
 
+    async def calls_received(self, stream: str) -> int:
+        """How many of ``stream``'s calls have reached the relay (applied or held), until its close."""
+        s = self._streams.get(stream)
+        return 0 if s is None else s.next + len(s.held)
+
     async def closes_in_progress(self) -> int:
         """How many closes are running (each waits for its caller's calls, then flushes): what :meth:`close_all`
         will wait for."""

@@ -20,7 +20,13 @@ def log_steps(spec, relay, steps: range, close: bool):
     tracker.set_tags({"from": "worker"})
     for step in steps:
         tracker.log_metrics({"train_loss": 1.0 / step}, step=step)
-    return tracker.close(timeout_s=30) if close else None
+    return tracker.close(timeout_s=30) if close else (tracker._stream, tracker._calls)
+
+
+def wait_until(condition, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
 
 
 def open_run(home: Path, name: str):
@@ -55,7 +61,11 @@ def test_what_a_stopped_trial_logged_is_sent_when_the_relay_stops(ray_session, h
     """A trial ASHA stops never closes its tracker (its workers are killed): the sweep's end flushes it."""
     relay = start_relay({})
     spec = open_run(home, "stopped")
-    ray.get(log_steps.remote(spec, relay, range(1, 4), False))
+    stream, calls = ray.get(log_steps.remote(spec, relay, range(1, 4), False))
+    # The task's calls are fire-and-forget: they may still be on their way when it returns (its process looks the
+    # relay up first), and Ray does not order them against the driver's call that ends the sweep. In a sweep
+    # they reached the relay seconds before its end; here the test waits for them (seen once: none had arrived).
+    wait_until(lambda: ray.get(relay.calls_received.remote(stream)) >= calls, "the trial's calls never arrived")
     stop_relay(relay)
     assert history(spec) == [1, 2, 3]
 
@@ -122,9 +132,7 @@ def test_the_sweeps_end_waits_for_a_close_still_flushing(ray_session, home):
     # The close has reached the relay (in a sweep, the trial sent it before Tune stopped it). Ray runs an async
     # actor's calls in no guaranteed order: sent back to back, the sweep's end could run before the close was
     # received, which no relay can wait for (seen once in ~20 suites: the run had none of its metrics).
-    deadline = time.monotonic() + 30
-    while not ray.get(relay.closes_in_progress.remote()) and not ray.wait([closing], timeout=0)[0]:
-        assert time.monotonic() < deadline, "the relay never received the close"
+    wait_until(lambda: ray.get(relay.closes_in_progress.remote()) or ray.wait([closing], timeout=0)[0],
+               "the relay never received the close")
     stop_relay(relay)  # at once, as the sweep's end does
     assert history(spec) == [1, 2, 3]
-    del closing
