@@ -317,7 +317,9 @@ def resolve(target: str) -> Any:
 
 
 def _params(fn: Any) -> tuple[str, ...]:
-    return tuple(inspect.signature(fn).parameters)
+    """The parameter names, less ``_ray_trace_ctx``: Ray adds it, in place, to every method of a class it has made
+    an actor (``ray.remote(cls)``), so an actor class's methods read differently once a process created it."""
+    return tuple(name for name in inspect.signature(fn).parameters if name != "_ray_trace_ctx")
 
 
 def problem(e: Entry) -> str | None:
