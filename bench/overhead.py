@@ -137,13 +137,18 @@ def minimal_in_ray_train(epochs: int, samples: int, home: Path) -> dict[str, flo
     its own (gone when it exits, so the plain loops still run alone). The engine's own cost is its ratio to this;
     this one's ratio to the minimal loop alone is what running under Ray Train costs any loop."""
     out = home / "minimal-in-ray-train.json"
-    with open(home / "minimal-in-ray-train.log", "a") as log:
-        rc = subprocess.run([sys.executable, __file__, "--_minimal-in-ray-train", str(out), "--epochs", str(epochs),
-                             "--samples", str(samples)], cwd=ROOT, stdout=log, stderr=log, timeout=1800).returncode
-    if rc != 0:
-        raise SystemExit(f"the minimal loop in Ray Train failed with exit code {rc} "
-                         f"(log: {home / 'minimal-in-ray-train.log'})")
+    _run_logged([sys.executable, __file__, "--_minimal-in-ray-train", str(out), "--epochs", str(epochs),
+                 "--samples", str(samples)], home / "minimal-in-ray-train.log", "the minimal loop in Ray Train")
     return json.loads(out.read_text())
+
+
+def _run_logged(argv: list[str], log_path: Path, what: str, env: dict[str, str] | None = None) -> None:
+    """``argv`` in a process of its own from the project root, its output appended to ``log_path``; exits naming
+    ``what`` and the log when it fails."""
+    with open(log_path, "a") as log:
+        rc = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=log, env=env, timeout=1800).returncode
+    if rc != 0:
+        raise SystemExit(f"{what} failed with exit code {rc} (log: {log_path})")
 
 
 def _minimal_in_ray_train_main(out: str, epochs: int, samples: int) -> None:
@@ -227,12 +232,9 @@ def engine(epochs: int, samples: int, tracking: bool, home: Path, case: str = "m
         "tracking.log_every_steps=1",
         f"checkpoint.storage_path={home / 'results'}",
     ]
-    with open(home / "engine.log", "a") as log:
-        rc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(ROOT / "configs/digits.yaml"),
-                             *overrides, "--summary-json", str(summary)], cwd=ROOT, stdout=log, stderr=log,
-                            env=dict(os.environ, ELASTIC_TRAIN_HOME=str(home)), timeout=1800).returncode
-    if rc != 0:
-        raise SystemExit(f"engine run failed with exit code {rc} (log: {home / 'engine.log'})")
+    _run_logged([sys.executable, "-m", "jobs.train", "--config", str(ROOT / "configs/digits.yaml"), *overrides,
+                 "--summary-json", str(summary)], home / "engine.log", "engine run",
+                env=dict(os.environ, ELASTIC_TRAIN_HOME=str(home)))
     s = json.loads(summary.read_text())
     return {"samples_per_second": s["samples_per_second"], "samples_per_second_median": s["samples_per_second_median"],
             "final_loss": s["final_metrics"]["train_loss"],
