@@ -86,6 +86,30 @@ def wrap_raylet_message_printer(wrap: Any) -> bool:
     return True
 
 
+# ---- The GCS's key-value store (train/ledger.py) ----------------------------------------------------------------
+# Ray's libraries keep small cluster-wide state there (Tune, Serve, runtime envs). The public face,
+# ``ray.experimental.internal_kv._internal_kv_put`` and friends, takes no timeout; the client under it does.
+
+
+def kv_put(key: bytes, value: bytes, namespace: bytes, timeout_s: float) -> None:
+    """Store ``value`` under ``key`` (overwriting). Raises on a GCS that does not answer within ``timeout_s``."""
+    from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+    internal_kv_get_gcs_client().internal_kv_put(key, value, True, namespace, timeout=timeout_s)
+
+
+def kv_get(key: bytes, namespace: bytes, timeout_s: float) -> bytes | None:
+    from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+    return internal_kv_get_gcs_client().internal_kv_get(key, namespace, timeout=timeout_s)
+
+
+def kv_delete_prefix(prefix: bytes, namespace: bytes, timeout_s: float) -> None:
+    from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+    internal_kv_get_gcs_client().internal_kv_del(prefix, True, namespace, timeout=timeout_s)
+
+
 # ---- Warm spare worker processes (train/spares.py) ------------------------------------------------------------
 # Ray's runtime-env key for a worker process's setup hook. ``ray.init(runtime_env={"worker_process_setup_hook":
 # "mod.fn"})`` sets it for every process of a job; Ray has no per-actor hook, so the Train workers' own

@@ -39,7 +39,8 @@ from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScali
 
 __all__ = [
     "AUTOSCALING_REQUESTS_EXPIRE_TIME_S", "AUTOSCALING_REQUESTS_GET_TIMEOUT_S", "HEALTH_CHECK_ENV",
-    "START_TIMEOUT_ENV", "STORAGE_LOGGER", "ControllerCallback", "DatasetsCallback", "ElasticScalingPolicy",
+    "PREEMPTION_WATCHER_ENV", "START_TIMEOUT_ENV", "STORAGE_LOGGER", "ControllerCallback", "DatasetsCallback",
+    "ElasticScalingPolicy",
     "PlacementGroupCleanerCallback", "ReportCallback",
     "TrainAutoscalingCoordinatorClient", "WorkerCallback", "WorkerGroupCallback", "autoscaling_coordinator",
     "cancel_resource_requests",
@@ -51,6 +52,7 @@ __all__ = [
 # RunConfig field). A rename would be ignored silently: the canary compares them with Ray's constants.
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"  # report() waits for this poll: 2 s by default
 START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"  # a restart after a node loss retries sooner
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"  # "0": no watcher process per worker group
 
 # Tune's report in a trial logs "Checkpoint successfully created at: ..." at INFO on this logger (sweep/relay.py).
 STORAGE_LOGGER = "ray.train._internal.storage"

@@ -195,6 +195,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("ray.train.v2._internal.constants:WORKER_GROUP_START_TIMEOUT_S_ENV_VAR", "env", "launch/trainer.py",
           "a restart after a node loss retries sooner", "no RunConfig field", RAY,
           value="RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"),
+    Entry("ray.train.v2._internal.constants:ENABLE_PREEMPTION_WATCHER_ENV_VAR", "env", "launch/trainer.py",
+          "no PreemptionWatcher process per worker group on an embedded (one-node) Ray",
+          "no ScalingConfig or RunConfig field", RAY, value="RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"),
     # ---- Ray Train / Core: loggers we quiet or filter
     Entry("ray.train._internal.storage", "module", "sweep/relay.py",
           "\"Checkpoint successfully created at\" INFO per report, per trial", "healthy runs quiet", RAY),
@@ -204,6 +207,16 @@ ENTRIES: tuple[Entry, ...] = (
           "\"Token authentication is enabled\" WARNING on every embedded ray.init", "healthy runs quiet", RAY),
     Entry("ray._private.worker", "module", "launch/reach.py",
           "\"SIGTERM handler is not set\" when connecting off the main thread", "healthy runs quiet", RAY),
+    # ---- Ray Core: the GCS's key-value store (compat/ray_core.py kv_*, train/ledger.py)
+    Entry("ray.experimental.internal_kv:internal_kv_get_gcs_client", "attr", "train/ledger.py (compat.ray_core)",
+          "the run's ledger (goodput book, final metrics) in the GCS: no actor process of its own",
+          "internal_kv's underscored functions take no timeout (every wait bounded)", RAY, params=()),
+    Entry("ray._raylet:InnerGcsClient.internal_kv_put", "attr", "train/ledger.py (compat.ray_core.kv_put)",
+          "as above", "as above", RAY, params=("self", "key", "value", "overwrite", "namespace", "timeout")),
+    Entry("ray._raylet:InnerGcsClient.internal_kv_get", "attr", "train/ledger.py (compat.ray_core.kv_get)",
+          "as above", "as above", RAY, params=("self", "key", "namespace", "timeout")),
+    Entry("ray._raylet:InnerGcsClient.internal_kv_del", "attr", "train/ledger.py (compat.ray_core.kv_delete_prefix)",
+          "as above", "as above", RAY, params=("self", "key", "del_by_prefix", "namespace", "timeout")),
     # ---- Ray Core (compat/ray_core.py)
     Entry("ray._private.ray_logging:global_worker_stdstream_dispatcher", "attr", "launch/quiet.py",
           "drop known-benign forwarded lines (ray-project/ray#53727 and others: launch/quiet.py)",
@@ -299,7 +312,7 @@ ENTRIES: tuple[Entry, ...] = (
           "the prompt comes back at once", RAY),
     Entry("tracking/quiet.py::os.environ.setdefault(MLFLOW_LOGGING_LEVEL", "ours", "every MLflow process",
           "process-wide MLflow environment defaults", "healthy runs quiet", MLFLOW),
-    Entry("elastic_train/launch/trainer.py::os.environ[name] = _EXPORTED.get(name, str(value))", "ours",
+    Entry("elastic_train/launch/trainer.py::os.environ[name] = _EXPORTED[name]", "ours",
           "the driver", "Ray Train's environment knobs from each run's config (an exported value wins), propagated "
           "to the controller", "see the env entries", RAY),
     Entry("elastic_train/data/prepare.py::os.environ[\"TOKENIZERS_PARALLELISM\"] = \"false\"", "ours",

@@ -59,6 +59,13 @@ class RunContext:
         return RunStorage(self.storage_path, self.run_name)
 
     @property
+    def embedded_ray(self) -> bool:
+        """Ray is this driver's own (started by :func:`connect_ray`): one node, gone with the driver."""
+        from elastic_train.launch.reach import EMBEDDED
+
+        return self.ray_target == EMBEDDED
+
+    @property
     def use_gpu(self) -> bool:
         return bool(self.cluster and self.cluster.use_gpu)
 

@@ -26,7 +26,13 @@ datasets; the DataContext still reaches the workers as before.
 per run (one more process: ~1.8 s of CPU, measured per sweep trial on 2 cores) to remove the run's placement
 group if its controller dies without cleaning up. A sweep's driver already does that for every trial, through
 the GCS and without the dashboard Ray's cleaner needs (sweep/placement_groups.py), so a trial
-(``RunResources.placement_groups_reaped``) starts none. A run on its own keeps Ray's.
+(``RunResources.placement_groups_reaped``) starts none. Nor does a run on an embedded Ray: that cluster is one
+node, the driver's own, and ends with it. A run on its own on a cluster keeps Ray's.
+
+**No PreemptionWatcher on an embedded Ray** (launch/trainer.py ``_ray_train_env``): Ray Train starts one, a new
+process, at every worker-group start, restarts included, to see a node drained ahead of its loss. Nothing drains
+the driver's own node but the driver's end, so there it only took memory (~190 MB) and woke ~150 times a second
+beside the training threads. The workers then skip the preemption barrier too (train/policy.py).
 """
 
 from __future__ import annotations

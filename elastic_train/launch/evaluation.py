@@ -10,6 +10,7 @@ number of workers. Rank 0 hands them back through the run's ledger.
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 import ray
@@ -70,15 +71,18 @@ def _from_checkpoint(checkpoint: str) -> tuple[torch.nn.Module, dict, dict]:
 def run_evaluation(ctx: RunContext, model: torch.nn.Module) -> dict[str, Any]:
     """Evaluate on the cluster; returns the aggregated validation metrics."""
     from elastic_train.launch.fit import share_data
-    from elastic_train.launch.ledger import create_ledger
     from elastic_train.launch.trainer import build_evaluator
+    from elastic_train.train.ledger import RunLedger
 
-    ledger = create_ledger()
+    ledger = RunLedger(uuid.uuid4().hex)
     evaluator = build_evaluator(
         ctx, weights_ref=ray.put(weights_of(model)), data_ref=share_data(ctx.bundle), ledger=ledger
     )
     evaluator.fit()
-    metrics = ray.get(ledger.get_final.remote())
+    try:
+        metrics = ledger.get_final()
+    finally:
+        ledger.drop()
     if metrics is None:
         raise RuntimeError("evaluation finished without metrics")
     return metrics

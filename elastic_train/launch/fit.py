@@ -13,6 +13,7 @@ from elastic_train.data import DataBundle, TensorSet
 from elastic_train.data.spec import StreamSplit
 from elastic_train.launch import timeline
 from elastic_train.launch.context import RunContext
+from elastic_train.train.ledger import RunLedger
 from elastic_train.train.resources import RunResources
 from tracking import backend_for
 
@@ -32,12 +33,9 @@ class Outcome:
 def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
     """Run the trainer for ``ctx`` (``connect``-ed, and ``track``-ed when tracking is on). ``resources``: what the
     caller hands the run besides its config (train/resources.py; a sweep trial's shared actors, its PBT donor, its
-    scaling policy); this fit completes them: the dataset is put in the object store unless ``data_ref`` is set, a
-    ledger is created for this fit unless a shared one is given (its book under a fresh key either way), the log
-    floor of a resumed run is read, and the run's tracking callbacks join the caller's."""
-    import ray
-
-    from elastic_train.launch.ledger import create_ledger
+    scaling policy); this fit completes them: the dataset is put in the object store unless ``data_ref`` is set, the
+    fit gets a ledger of its own (train/ledger.py), the log floor of a resumed run is read, and the run's tracking
+    callbacks join the caller's."""
     from elastic_train.launch.reservations import release_stale_reservation
     from elastic_train.launch.trainer import build_trainer
 
@@ -53,12 +51,9 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
     )
     if latest:  # a killed driver's Train run keeps the workers' resources reserved for 180 s otherwise
         release_stale_reservation(latest[1].get("ray_train_run_id"))
-    own_ledger = res.ledger is None
-    ledger = create_ledger() if own_ledger else res.ledger
-    res = replace(res, ledger=ledger, ledger_key=uuid.uuid4().hex,  # a fresh key: no earlier life's book is ours
-                  log_floor=log_floor, callbacks=(*res.callbacks, *_tracking_callbacks(ctx)),
+    ledger = RunLedger(uuid.uuid4().hex)  # a fresh key: no earlier life's book is ours
+    res = replace(res, ledger=ledger, log_floor=log_floor, callbacks=(*res.callbacks, *_tracking_callbacks(ctx)),
                   data_ref=res.data_ref if res.data_ref is not None else share_data(ctx.bundle))
-    key = res.ledger_key
     trainer = build_trainer(ctx, res)
     timeline.mark("trainer start")
     result, error, status = _run(trainer)
@@ -66,13 +61,10 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
     timeline.mark("fit")
     book = None
     try:
-        book = ray.get(ledger.get.remote(key), timeout=10)
+        book = ledger.get()
+        ledger.drop()
     except Exception:  # the ledger is accounting only
         pass
-    if own_ledger:
-        ray.kill(ledger)  # done: nothing else may hold it (the controller's copy of the handle is a borrow)
-    else:
-        ledger.drop.remote(key)
     return Outcome(result, error, book, status, ended=ended)
 
 
@@ -105,8 +97,8 @@ def _run(trainer: Any) -> tuple[Any | None, BaseException | None, str]:
     result = error = None
     status = "FINISHED"
     # Ray Train's fit() installs a SIGINT handler holding the controller's handle and leaves it installed:
-    # an in-process caller (a notebook, a test session) would keep that controller, and through it the
-    # ledger, alive until the next fit. Put the caller's handler back.
+    # an in-process caller (a notebook, a test session) would keep that controller, and what it holds,
+    # alive until the next fit. Put the caller's handler back.
     sigint = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
     try:
         result = trainer.fit()

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 STALE_PROBE_S = 2.0  # how long a head named only by the leftover file gets to answer before we start our own
 
 
+EMBEDDED = "embedded local Ray"  # how an embedded Ray is described (RunContext.ray_target, the header's "ray:" line)
+
+
 @dataclass(frozen=True)
 class RayTarget:
     """Where ``ray.init`` should go: ``address`` (``"local"`` starts an embedded Ray), how to describe it, and
@@ -109,7 +112,7 @@ def choose(address: str | None, timeout_s: float, environ: Mapping[str, str] = o
     else:
         return _default(timeout_s, environ)
     if target == "local":
-        return RayTarget("local", "embedded local Ray")
+        return RayTarget("local", EMBEDDED)
     if target == "auto":
         path = cluster_file(environ)
         recorded = _read(path)
@@ -183,11 +186,11 @@ def _default(timeout_s: float, environ: Mapping[str, str]) -> RayTarget:
     path = cluster_file(environ)
     recorded = _read(path)
     if recorded is None:
-        return RayTarget("local", "embedded local Ray")
+        return RayTarget("local", EMBEDDED)
     why = probe(recorded, min(STALE_PROBE_S, timeout_s))
     if why is None:
         return RayTarget(recorded, "local head (ray start)", str(path), via_file=True)
-    return RayTarget("local", "embedded local Ray", warning=(
+    return RayTarget("local", EMBEDDED, warning=(
         f"{path} names a Ray head at {recorded} that does not answer ({why}): a stale leftover of a `ray start`; "
         "starting an embedded Ray instead (`ray stop` removes the file; --address chooses a cluster)"
     ))

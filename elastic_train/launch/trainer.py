@@ -10,7 +10,7 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 from ray.train.torch import TorchTrainer
 
 from elastic_train.compat.ray_core import SETUP_HOOK_ENV
-from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, START_TIMEOUT_ENV
+from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, PREEMPTION_WATCHER_ENV, START_TIMEOUT_ENV
 from elastic_train.compat.torch_backend import LightTorchConfig
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
@@ -38,7 +38,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
     """The TorchTrainer for ``ctx``: elastic scaling, failure budget, checkpoint retention, async upload.
     ``resources``: the run's non-config values (train/resources.py); the workers get them less the driver's."""
     cfg, tracking, res = ctx.cfg, ctx.tracking, resources or RunResources()
-    _ray_train_env(cfg)
+    _ray_train_env(ctx)
     args = WorkerArgs(
         config=cfg.model_dump(mode="json"),
         run_name=ctx.run_name,
@@ -47,6 +47,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
         fault=ctx.fault,
         progress_bars=sys.stdout.isatty(),
         launched=ctx.started,
+        watch_preemption=_preemption_watched(),
     )
     env_vars = dict(tracking.env) if tracking else {}
     if cfg.failure.spare_workers != 0:  # warm spares for a restart (train/spares.py)
@@ -72,7 +73,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
         ),
     )
     trainer.scaling_policy = res.scaling_policy
-    trainer.placement_groups_reaped = res.placement_groups_reaped
+    trainer.placement_groups_reaped = res.placement_groups_reaped or ctx.embedded_ray
     return trainer
 
 
@@ -109,8 +110,8 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
     from elastic_train.train.worker import evaluate_loop_per_worker
 
     cfg = ctx.cfg
-    _ray_train_env(cfg)
-    return _Trainer(
+    _ray_train_env(ctx)
+    trainer = _Trainer(
         evaluate_loop_per_worker,
         train_loop_config={"config": cfg.model_dump(mode="json"), "weights_ref": weights_ref, "data_ref": data_ref,
                            "ledger": ledger},
@@ -118,10 +119,13 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
         scaling_config=_scaling(ctx, cfg.scaling.max_workers),
         run_config=_run_config(ctx),
     )
+    trainer.placement_groups_reaped = ctx.embedded_ray
+    return trainer
 
 
 # Ray Train's knobs the user exported before the first run of this process: those win over the config.
-_EXPORTED = {name: os.environ[name] for name in (HEALTH_CHECK_ENV, START_TIMEOUT_ENV) if name in os.environ}
+_EXPORTED = {name: os.environ[name] for name in (HEALTH_CHECK_ENV, START_TIMEOUT_ENV, PREEMPTION_WATCHER_ENV)
+             if name in os.environ}
 
 
 def spare_worker_env(env_vars: dict[str, str]) -> dict[str, str]:
@@ -134,20 +138,36 @@ def spare_worker_env(env_vars: dict[str, str]) -> dict[str, str]:
     return worker_env(SETUP_HOOK_ENV, {**env_vars, **({SETUP_HOOK_ENV: hook} if hook else {})})
 
 
-def _ray_train_env(cfg: JobConfig) -> None:
+def _ray_train_env(ctx: RunContext) -> None:
     """Ray Train's environment knobs (compat/ray_train.py), set in the driver, which propagates them to the
     controller; a value the user exported wins. Set from *this* run's config each time, so that a second run in
     one process (a notebook, a test session, sweep trials) does not inherit the first run's values."""
-    values = {
+    cfg = ctx.cfg
+    values: dict[str, Any] = {
         # The controller polls workers at this period; report() waits for the poll, so the default 2 s makes
         # every checkpoint cost ~2 s.
         HEALTH_CHECK_ENV: cfg.failure.health_check_interval_s,
         # After a node loss Ray's view of the cluster can lag (its coordinator refreshes every 20 s) and a first
         # restart may ask for workers that no longer fit; a shorter start timeout retries sooner.
         START_TIMEOUT_ENV: cfg.failure.worker_start_timeout_s,
+        # Ray Train starts a PreemptionWatcher actor (a new process) at every worker-group start, restarts
+        # included, to log a node's drain ahead of its loss. An embedded Ray is one node, the driver's own:
+        # nothing drains it but the driver's end. Off there (None: Ray's default, on, elsewhere).
+        PREEMPTION_WATCHER_ENV: "0" if ctx.embedded_ray else None,
     }
     for name, value in values.items():
-        os.environ[name] = _EXPORTED.get(name, str(value))
+        if name in _EXPORTED:
+            os.environ[name] = _EXPORTED[name]
+        elif value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+
+
+def _preemption_watched() -> bool:
+    """Whether Ray Train's controller will run a PreemptionWatcher (as it reads the knob: ``env_bool``); the
+    workers skip the preemption barrier where none runs."""
+    return os.environ.get(PREEMPTION_WATCHER_ENV, "1").lower() in ("1", "true")
 
 
 def _scaling(ctx: RunContext, num_workers: int | tuple[int, int], **extra: Any) -> ScalingConfig:

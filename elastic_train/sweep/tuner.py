@@ -115,14 +115,13 @@ class TrialContext:
 
     sweep: RunContext  # the sweep's context: resolved base config, cluster, parent tracking run (no dataset
     sweep_dir: str     # when shared.data_ref holds it)
-    # What every trial's fit shares: the sweep's dataset (put in the object store once), its RunLedger (one actor
-    # for every trial's goodput book) and its MLflow relay (every trial's rank 0 logs through it)
+    # What every trial's fit shares: the sweep's dataset (put in the object store once) and its MLflow relay
+    # (every trial's rank 0 logs through it)
     shared: RunResources = RunResources()
 
 
 def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     """Build (or restore) the Tuner and run it. Returns the ResultGrid and the orphaned placement groups removed."""
-    import ray
     from ray import tune
 
     from elastic_train.sweep.elastic import TrialFloors
@@ -133,16 +132,13 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     # trial that changes a data key builds its own, trial_context). Without it each trial re-put its copy.
     data_ref = share_data(plan.ctx.bundle)
     base = replace(plan.ctx, cfg=resolved_base(plan), bundle=None if data_ref is not None else plan.ctx.bundle)
-    from elastic_train.launch.ledger import create_ledger
-
-    ledger = create_ledger()  # started once here, not once per trial (each trial's fit keeps its own key)
     relay = None
     parent = plan.ctx.tracking
     if parent is not None and parent.backend == "mlflow":  # MLflow imported once for all trials' workers
         from tracking.relay import start_relay
 
         relay = start_relay(parent.env)
-    trial = TrialContext(base, plan.sweep_dir, RunResources(data_ref=data_ref, ledger=ledger, tracking_relay=relay,
+    trial = TrialContext(base, plan.sweep_dir, RunResources(data_ref=data_ref, tracking_relay=relay,
                                                             placement_groups_reaped=True))
     callbacks = [OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt"),
                  TrialProgress(plan.sweep_dir, plan.cfg)]
@@ -191,7 +187,6 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
         from elastic_train.sweep.runs import drain_all
 
         drain_all()  # the trial runs still being closed (bounded)
-        ray.kill(ledger)
         if relay is not None:  # what stopped trials' workers logged is sent before it goes
             from tracking.relay import stop_relay
 

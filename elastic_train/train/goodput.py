@@ -1,9 +1,9 @@
 """Goodput accounting across failures: pure Python, driven by rank 0, persisted in a RunLedger.
 
-Rank 0 keeps a :class:`GoodputBook`; after each log interval it pushes the book to the run's ledger (an actor
-that outlives worker groups). When a worker group restarts, the new rank 0 reads the last book back and
-charges the failure: the time from the last heartbeat before it to the first step after it, and the steps
-(and their time) done after the restored checkpoint, which must now be recomputed.
+Rank 0 keeps a :class:`GoodputBook`; after each log interval it pushes the book to the run's ledger (kept in
+the GCS, which outlives worker groups: train/ledger.py). When a worker group restarts, the new rank 0 reads the
+last book back and charges the failure: the time from the last heartbeat before it to the first step after it,
+and the steps (and their time) done after the restored checkpoint, which must now be recomputed.
 
 The book's totals are the run's, cumulative over job resumes (they travel in every checkpoint).
 :func:`wall_parts` turns one driver's book into named parts of *that driver's* wall, from its launch to its
@@ -12,8 +12,8 @@ checkpoint saves, validation, restart/recompute lost, teardown (after training's
 run summary inside the final checkpoint: the tracking flush and final hashes), and what falls between them
 (``other_s``: the metric work just before a checkpoint, a few milliseconds each).
 
-:class:`GoodputReporter` is the book together with its ledger; the ledger is any object with ``put`` and
-``get`` (worker.py wraps the Ray actor handle), so nothing here imports Ray.
+:class:`GoodputReporter` is the book together with its ledger; the ledger is any object with ``put``, ``flush``
+and ``get`` (train/ledger.py's RunLedger), so nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -167,9 +167,11 @@ def wall_parts(launched: float, ended: float, book: dict[str, Any] | None, fit_e
 
 
 class Ledger(Protocol):
-    """Where the book outlives a worker group (worker.py: the run's ledger actor)."""
+    """Where the book outlives a worker group (train/ledger.py: the GCS's key-value store)."""
 
     def put(self, book: dict[str, Any]) -> None: ...  # fire and forget
+
+    def flush(self, timeout_s: float = ...) -> bool: ...  # wait, bounded, until what was put is sent
 
     def get(self) -> dict[str, Any] | None: ...
 
@@ -200,6 +202,14 @@ class GoodputReporter:
         if force or now - self._pushed >= self.PUSH_EVERY_S:
             self._pushed = now
             self.ledger.put(self.book.to_dict())
+
+    def close(self) -> None:
+        """The attempt ends: the book as it stands, sent before the process may go (bounded)."""
+        if self.ledger is None:
+            return
+        self.push(force=True)
+        if not self.ledger.flush():
+            self.say("goodput ledger: the last book was not sent in time; the run's summary may miss its end")
 
     def _fetch(self) -> dict[str, Any] | None:
         """The run's last book; accounting must never stop training, so errors are None."""

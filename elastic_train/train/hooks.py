@@ -92,3 +92,7 @@ class LoopHooks:
 
     def flush(self) -> None:
         self.goodput.push(force=True)
+
+    def close(self) -> None:
+        """The attempt ends (finished or failing): the ledger gets the last book before the process may go."""
+        self.goodput.close()

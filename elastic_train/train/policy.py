@@ -26,7 +26,7 @@ class CheckpointPolicy:
     """Sync points and checkpoint reasons for one attempt; its clocks (re)start with the loop
     (:meth:`start_clocks`)."""
 
-    def __init__(self, cfg: JobConfig, preemption_info: Callable[[], Any], say: Callable[[str], None],
+    def __init__(self, cfg: JobConfig, preemption_info: Callable[[], Any] | None, say: Callable[[str], None],
                  budget: Budget | None = None):
         self.cfg, self.preemption_info, self.say, self.budget = cfg, preemption_info, say, budget
         self.last_checkpoint = time.monotonic()
@@ -76,7 +76,9 @@ class CheckpointPolicy:
         every = self.every_seconds
         return {
             "time_checkpoint": bool(every and now - self.last_checkpoint >= every),
-            "check_preemption": now - self.last_preemption_check >= PREEMPTION_CHECK_S,
+            # no barrier at all where nothing watches for preemption (an embedded Ray: launch/trainer.py)
+            "check_preemption": (self.preemption_info is not None
+                                 and now - self.last_preemption_check >= PREEMPTION_CHECK_S),
             "every_steps": float(self.proposed),
         }
 
@@ -113,6 +115,8 @@ class CheckpointPolicy:
         self.last_checkpoint = time.monotonic()
 
     def _preempted(self) -> bool:
+        if self.preemption_info is None:
+            return False
         info = self.preemption_info()  # a barrier: every rank reaches it on the same step
         if info is None:
             return False

@@ -1,7 +1,7 @@
 """RunResources: everything a run is handed that is not its config, as one value.
 
 Built once per fit (``jobs.train``: ``fit(ctx)``; a sweep trial: ``fit(ctx, RunResources(...))`` with the sweep's
-shared actors), completed by ``fit`` (the ledger key, the log floor, the dataset reference), and passed whole to
+shared dataset and relay), completed by ``fit`` (the ledger, the log floor, the dataset reference), and passed whole to
 ``build_trainer`` and, less its driver-only fields, to every worker (``WorkerArgs.resources``). A new per-run value
 is one field here and its use; nothing in between changes.
 """
@@ -15,8 +15,7 @@ from typing import Any
 @dataclass(frozen=True)
 class RunResources:
     data_ref: Any | None = None  # the dataset in the object store (a sweep's, put once for every trial)
-    ledger: Any | None = None  # a RunLedger actor of goodput books (a sweep's: one for every trial); None: the fit's
-    ledger_key: str = ""  # this fit's book in the ledger (set by fit: a fresh key per fit)
+    ledger: Any | None = None  # this fit's RunLedger (train/ledger.py): set by fit, a fresh key per fit
     tracking_relay: Any | None = None  # a sweep's MLflow relay actor (tracking/relay.py); None: rank 0's own sender
     log_floor: int = -1  # metrics at steps <= this were logged by an earlier driver (a resume): skipped
     start_from: str | None = None  # another run's checkpoint to continue while this run has none (a PBT clone)

@@ -66,7 +66,8 @@ class Host:
     goodput: GoodputReporter
     fault: FaultHook
     report: Callable[[dict[str, Any], str, str], None]  # (metrics, checkpoint folder, its fixed name)
-    preemption_info: Callable[[], Any]  # None, or the preempted node ids and a deadline (a barrier)
+    # None, or the preempted node ids and a deadline (a barrier); the callable itself None: nothing watches (no barrier)
+    preemption_info: Callable[[], Any] | None
     ray_train_run_id: str | None = None  # into meta.json: a resumed driver releases this run's reservation
     attempt: int | None = None  # this worker group's attempt (train/fence.py): into meta.json
     keep_spares: Callable[[], None] | None = None  # start keeping the node's warm spares (train/spares.py)
@@ -371,6 +372,7 @@ class Session:
         self.hooks.metrics_logged(step)
 
     def close(self) -> None:
+        self.hooks.close()
         self.console.close()
         self.data.close()
         self.tracker.close(timeout_s=10)

@@ -55,6 +55,7 @@ class WorkerArgs:
     fault: str | None = None
     progress_bars: bool = False  # tqdm_ray bars when the driver writes to a terminal, else plain lines
     launched: float | None = None  # unix time the driver was launched: goodput's startup counts from it
+    watch_preemption: bool = True  # Ray Train runs its PreemptionWatcher (off on an embedded Ray: launch/trainer.py)
 
 
 def train_loop_per_worker(args: dict[str, Any]) -> None:
@@ -210,7 +211,7 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None, spare_workers: in
     if spec is not None and fence is not None and res.tracking_relay is None:
         spec = dataclasses.replace(spec, attempt=fence.attempt)
     tracker = tracker_for(spec, rank, res.tracking_relay)
-    ledger = _RayLedger(res.ledger, res.ledger_key) if res.ledger is not None and rank == 0 else None
+    ledger = res.ledger if rank == 0 else None
     fault = FaultHook.from_env(rank, args.fault)
     spares = SpareKeeper.for_this_worker(spare_workers, spares_after_s, fault.note)
     return Host(
@@ -218,7 +219,7 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None, spare_workers: in
         goodput=GoodputReporter(ledger, console.line, args.launched),
         fault=fault,
         report=partial(_report, fence),
-        preemption_info=ray.train.get_preemption_info,
+        preemption_info=ray.train.get_preemption_info if args.watch_preemption else None,
         ray_train_run_id=_train_run_id(),
         attempt=fence.attempt if fence is not None else None,
         keep_spares=spares.start if spares is not None else None,
@@ -254,19 +255,6 @@ def _upload(checkpoint: Checkpoint, name: str) -> Checkpoint:
     return Checkpoint(dest, filesystem=storage.storage_filesystem)
 
 
-class _RayLedger:
-    """The run's ledger actor (it outlives worker groups), as goodput.Ledger."""
-
-    def __init__(self, handle: Any, key: str = ""):
-        self.handle, self.key = handle, key
-
-    def put(self, book: dict[str, Any]) -> None:
-        self.handle.put.remote(book, self.key)  # fire and forget
-
-    def get(self) -> dict[str, Any] | None:
-        return ray.get(self.handle.get.remote(self.key), timeout=30)
-
-
 def _quiet_ray_train_logs() -> None:
     """Ray Train logs every report at INFO; we print what matters (restarts, resizes, checkpoints) ourselves."""
     logging.getLogger("ray.train").setLevel(logging.WARNING)
@@ -284,4 +272,4 @@ def evaluate_loop_per_worker(args: dict[str, Any]) -> None:
     bundle = ray.get(args["data_ref"]) if args.get("data_ref") is not None else build_data(cfg)
     metrics = evaluate_weights(cfg, bundle, ray.get(args["weights_ref"]), rank, world, device)
     if rank == 0 and args.get("ledger") is not None:
-        ray.get(args["ledger"].put_final.remote(metrics))
+        args["ledger"].put_final(metrics)

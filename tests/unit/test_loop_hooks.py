@@ -19,6 +19,10 @@ class _Ledger:
     def put(self, book: dict) -> None:
         self.books.append(book)
 
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        self.flushed = len(self.books)
+        return True
+
     def get(self) -> dict | None:
         return self.books[-1] if self.books else None
 
@@ -45,6 +49,10 @@ def test_the_moments_of_one_attempt_add_up_in_the_book_and_reach_the_ledger(tmp_
     assert book["totals"]["checkpoints"] == 1
     phases = [json.loads(line)["event"] for line in (tmp_path / "phases.rank0.jsonl").read_text().splitlines()]
     assert phases == ["built", "first_step"]
+    hooks.stepped(4, first=False)  # within 0.25 s of the last push: kept local
+    assert ledger.books[-1]["last_step"] == 3
+    hooks.close()  # the attempt ends: the book as it stands is pushed, then sent before the process may go
+    assert ledger.books[-1]["last_step"] == 4 and ledger.flushed == len(ledger.books)
 
 
 def test_a_fault_fires_at_its_step_and_a_save_fault_when_the_part_is_written(tmp_path):

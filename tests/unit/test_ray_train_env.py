@@ -4,22 +4,46 @@ session, sweep trials) does not inherit the first run's values; a value the user
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, START_TIMEOUT_ENV
+from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, PREEMPTION_WATCHER_ENV, START_TIMEOUT_ENV
 from elastic_train.config import load
 from elastic_train.launch import trainer
+from elastic_train.launch.context import RunContext
+from elastic_train.launch.reach import EMBEDDED
 from tests.conftest import ROOT
 
 
-def _cfg(*overrides: str):
-    return load(str(ROOT / "configs" / "digits.yaml"), list(overrides))
+def _ctx(*overrides: str, ray_target: str | None = EMBEDDED) -> RunContext:
+    cfg = load(str(ROOT / "configs" / "digits.yaml"), list(overrides))
+    return RunContext(cfg, "r", Path("/nonexistent"), "/nonexistent", False, None, 0.0, ray_target=ray_target)
 
 
 def test_each_run_sets_its_own_start_timeout_and_an_exported_value_wins(monkeypatch):
     monkeypatch.setattr(trainer, "_EXPORTED", {HEALTH_CHECK_ENV: "0.2"})
     monkeypatch.delenv(START_TIMEOUT_ENV, raising=False)
     monkeypatch.setenv(HEALTH_CHECK_ENV, "0.2")
-    trainer._ray_train_env(_cfg("failure.worker_start_timeout_s=15", "failure.health_check_interval_s=2"))
+    trainer._ray_train_env(_ctx("failure.worker_start_timeout_s=15", "failure.health_check_interval_s=2"))
     assert os.environ[START_TIMEOUT_ENV] == "15.0" and os.environ[HEALTH_CHECK_ENV] == "0.2"
-    trainer._ray_train_env(_cfg())  # the next run: its own (default) timeout, not the last run's 15 s
+    trainer._ray_train_env(_ctx())  # the next run: its own (default) timeout, not the last run's 15 s
     assert os.environ[START_TIMEOUT_ENV] == "30.0" and os.environ[HEALTH_CHECK_ENV] == "0.2"
+
+
+def test_no_preemption_watcher_on_an_embedded_ray_and_ray_s_default_on_a_cluster(monkeypatch):
+    monkeypatch.setattr(trainer, "_EXPORTED", {})
+    monkeypatch.delenv(PREEMPTION_WATCHER_ENV, raising=False)
+    trainer._ray_train_env(_ctx())
+    assert os.environ[PREEMPTION_WATCHER_ENV] == "0"
+    trainer._ray_train_env(_ctx(ray_target="local head (ray start)"))  # a later run in this process joins a cluster
+    assert PREEMPTION_WATCHER_ENV not in os.environ  # Ray's default (on), not the embedded run's "0"
+    monkeypatch.setattr(trainer, "_EXPORTED", {PREEMPTION_WATCHER_ENV: "1"})
+    trainer._ray_train_env(_ctx())
+    assert os.environ[PREEMPTION_WATCHER_ENV] == "1"  # the user's export wins
+
+
+def test_ray_train_hands_our_knobs_to_its_controller():
+    """Ray Train copies only the variables it lists from the driver into its controller's environment: a knob
+    missing there would be set here and silently ignored there."""
+    from ray.train.v2._internal.constants import ENV_VARS_TO_PROPAGATE
+
+    assert {HEALTH_CHECK_ENV, START_TIMEOUT_ENV, PREEMPTION_WATCHER_ENV} <= set(ENV_VARS_TO_PROPAGATE)

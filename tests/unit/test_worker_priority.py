@@ -79,6 +79,6 @@ def test_every_run_gives_ray_train_the_worker_warmup_and_the_controller_priority
 
     cfg = config.compose({}, config.parse_overrides([]))
     ctx = types.SimpleNamespace(cfg=cfg, run_name="warm", storage_path=str(tmp_path), use_gpu=False, tracking=None,
-                                fault=None, started=time.time())
+                                fault=None, started=time.time(), embedded_ray=False)
     kinds = [type(c) for c in build_trainer(ctx).run_config.callbacks]
     assert ControllerPriority in kinds and WorkerWarmup in kinds
