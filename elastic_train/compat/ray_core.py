@@ -86,7 +86,7 @@ def wrap_raylet_message_printer(wrap: Any) -> bool:
     return True
 
 
-# ---- The GCS's key-value store (train/ledger.py) ----------------------------------------------------------------
+# ---- The GCS's key-value store (train/ledger.py, launch/reservations.py) ------------------------------------
 # Ray's libraries keep small cluster-wide state there (Tune, Serve, runtime envs). The public face,
 # ``ray.experimental.internal_kv._internal_kv_put`` and friends, takes no timeout; the client under it does.
 
@@ -108,6 +108,12 @@ def kv_delete_prefix(prefix: bytes, namespace: bytes, timeout_s: float) -> None:
     from ray.experimental.internal_kv import internal_kv_get_gcs_client
 
     internal_kv_get_gcs_client().internal_kv_del(prefix, True, namespace, timeout=timeout_s)
+
+
+def kv_keys(prefix: bytes, namespace: bytes, timeout_s: float) -> list[bytes]:
+    from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+    return internal_kv_get_gcs_client().internal_kv_keys(prefix, namespace, timeout=timeout_s)
 
 
 # ---- Warm spare worker processes (train/spares.py) ------------------------------------------------------------

@@ -217,6 +217,9 @@ ENTRIES: tuple[Entry, ...] = (
           "as above", "as above", RAY, params=("self", "key", "namespace", "timeout")),
     Entry("ray._raylet:InnerGcsClient.internal_kv_del", "attr", "train/ledger.py (compat.ray_core.kv_delete_prefix)",
           "as above", "as above", RAY, params=("self", "key", "del_by_prefix", "namespace", "timeout")),
+    Entry("ray._raylet:InnerGcsClient.internal_kv_keys", "attr", "launch/reservations.py (compat.ray_core.kv_keys)",
+          "the Train runs whose controller may have died with a resource request open", "as above", RAY,
+          params=("self", "prefix", "namespace", "timeout")),
     # ---- Ray Core (compat/ray_core.py)
     Entry("ray._private.ray_logging:global_worker_stdstream_dispatcher", "attr", "launch/quiet.py",
           "drop known-benign forwarded lines (ray-project/ray#53727 and others: launch/quiet.py)",

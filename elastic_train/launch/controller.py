@@ -54,6 +54,21 @@ class ControllerPriority(ControllerCallback):
         normal_priority()
 
 
+class RecordTrainRun(ControllerCallback):
+    """The controller notes itself and its Train run in the GCS, so that a later run can cancel the resource
+    request it leaves if it dies without its own end (launch/reservations.py). Best effort."""
+
+    def after_controller_start(self, train_run_context: Any) -> None:
+        import ray
+
+        from elastic_train.launch.reservations import record_train_run
+
+        try:
+            record_train_run(ray.get_runtime_context().get_actor_id(), train_run_context.run_id)
+        except Exception:  # no record: Ray's 180 s expiry applies to this run, as before
+            pass
+
+
 class FreshClusterView(ControllerCallback):
     """On a failure: the coordinator's reservations recomputed against the nodes alive now (bounded, best
     effort: on any error Ray's 20 s tick still applies)."""

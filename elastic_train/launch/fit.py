@@ -36,7 +36,7 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
     scaling policy); this fit completes them: the dataset is put in the object store unless ``data_ref`` is set, the
     fit gets a ledger of its own (train/ledger.py), the log floor of a resumed run is read, and the run's tracking
     callbacks join the caller's."""
-    from elastic_train.launch.reservations import release_stale_reservation
+    from elastic_train.launch.reservations import release_dead_runs_requests, release_stale_reservation
     from elastic_train.launch.trainer import build_trainer
 
     latest = ctx.storage.latest_checkpoint()
@@ -51,6 +51,7 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
     )
     if latest:  # a killed driver's Train run keeps the workers' resources reserved for 180 s otherwise
         release_stale_reservation(latest[1].get("ray_train_run_id"))
+    release_dead_runs_requests()  # and any other dead controller's (a driver killed before its first checkpoint)
     ledger = RunLedger(uuid.uuid4().hex)  # a fresh key: no earlier life's book is ours
     res = replace(res, ledger=ledger, log_floor=log_floor, callbacks=(*res.callbacks, *_tracking_callbacks(ctx)),
                   data_ref=res.data_ref if res.data_ref is not None else share_data(ctx.bundle))

@@ -6,13 +6,23 @@ coordinator reserves for it. A SIGKILLed driver never cancels its request, so th
 found the cluster's CPUs reserved for the dead run and waited out the 180 s before training (bench/chaos.py:
 a driver-kill recovery of 198-221 s, ~180 s of it this wait). The workers write their Train run id into every
 checkpoint's meta.json (``ray_train_run_id``); before ``fit`` the driver cancels that run's request. Best
-effort and bounded (a private Ray actor): any failure leaves Ray's own expiry in charge. Not covered: a driver
-killed before its first checkpoint (the latest checkpoint then names an earlier, already finished run).
+effort and bounded (a private Ray actor): any failure leaves Ray's own expiry in charge.
+
+**Any dead controller's request, whoever left it.** The same leftover comes from every Train controller that
+dies without running its own end: a driver killed before its first checkpoint, a sweep's trial paused by PBT or
+failing, a killed sweep. An elastic run started within 180 s (the next trial, the resumed sweep, another job on
+the cluster) could not grow into those workers. So every controller of ours records itself at its start, in the
+GCS's key-value store (``<controller actor id>/<Train run id>``, :class:`~elastic_train.launch.controller.
+RecordTrainRun`), and :func:`release_dead_runs_requests` cancels the requests of every recorded controller the
+GCS no longer holds alive, and drops its record: each fit before it asks for workers, and a sweep's driver every
+couple of seconds (sweep/placement_groups.py). A dead controller can use nothing it reserved, so this is always
+safe.
 """
 
 from __future__ import annotations
 
 TIMEOUT_S = 5.0
+RUNS_NAMESPACE = b"elastic_train_train_runs"
 
 
 def release_stale_reservation(ray_train_run_id: str | None) -> bool:
@@ -27,3 +37,38 @@ def release_stale_reservation(ray_train_run_id: str | None) -> bool:
         return True
     except Exception:  # best effort: Ray's own 180 s expiry still applies
         return False
+
+
+def record_train_run(controller_actor_id: str, ray_train_run_id: str) -> None:
+    """Note a live controller and its Train run (the controller, at its start). Raises on a GCS that does not
+    answer in time."""
+    from elastic_train.compat.ray_core import kv_put
+
+    kv_put(f"{controller_actor_id}/{ray_train_run_id}".encode(), b"", RUNS_NAMESPACE, TIMEOUT_S)
+
+
+def release_dead_runs_requests() -> list[str]:
+    """Cancel the coordinator requests of every recorded Train run whose controller is no longer alive, and drop
+    their records; returns those runs' ids. Best effort and bounded: any failure leaves Ray's expiry in charge."""
+    from ray.core.generated import gcs_pb2
+
+    from elastic_train.compat.ray_core import actor_records, kv_delete_prefix, kv_keys
+    from elastic_train.compat.ray_train import cancel_resource_requests, train_run_requester
+
+    try:
+        recorded = [key.decode().split("/", 1) for key in kv_keys(b"", RUNS_NAMESPACE, TIMEOUT_S)]
+        if not recorded:
+            return []
+        alive = set()
+        for raw in actor_records():
+            record = gcs_pb2.ActorTableData.FromString(raw)
+            if record.state != gcs_pb2.ActorTableData.DEAD:
+                alive.add(record.actor_id.hex())
+        dead = [(actor, run) for actor, run in recorded if actor not in alive]
+        if dead:
+            cancel_resource_requests([train_run_requester(run) for _, run in dead])
+            for actor, run in dead:
+                kv_delete_prefix(f"{actor}/{run}".encode(), RUNS_NAMESPACE, TIMEOUT_S)
+        return [run for _, run in dead]
+    except Exception:
+        return []

@@ -17,6 +17,7 @@ from elastic_train.launch.context import RunContext
 from elastic_train.launch.controller import (
     ControllerPriority,
     FreshClusterView,
+    RecordTrainRun,
     RestartPhases,
     leaner_default_callbacks,
 )
@@ -53,7 +54,8 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
     if cfg.failure.spare_workers != 0:  # warm spares for a restart (train/spares.py)
         env_vars.update(spare_worker_env(env_vars))
     markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
-    ours = [ControllerPriority(), WorkerWarmup(markers), *([FreshClusterView()] if cfg.scaling.elastic else []),
+    ours = [ControllerPriority(), WorkerWarmup(markers), RecordTrainRun(),
+            *([FreshClusterView()] if cfg.scaling.elastic else []),
             *([RestartPhases(markers)] if markers else [])]
     trainer = _Trainer(
         train_loop_per_worker,

@@ -26,6 +26,8 @@ from typing import Any
 import ray
 from ray.tune import Callback
 
+from elastic_train.launch.reservations import release_dead_runs_requests
+
 log = logging.getLogger(__name__)
 
 LIVE_STATES = ("PENDING", "PREPARED", "CREATED", "RESCHEDULING")
@@ -168,6 +170,7 @@ class OrphanedPlacementGroupReaper(Callback):
         try:
             removed = remove_orphaned_placement_groups()
             end_stranded_cleaners()
+            release_dead_runs_requests()  # what paused, failed or killed trials' controllers still reserve
         except Exception as e:  # a GCS hiccup must not stop the sweep; the next step retries
             log.warning("could not scan placement groups: %s", e)
             return
