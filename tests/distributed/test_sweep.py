@@ -449,8 +449,9 @@ def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_
 @pytest.mark.timeout(1500)
 @pytest.mark.long  # ~2 min; its timing (the weak trial held back until the strong one checkpoints) once let the
 # weak trial start while the strong one was between worker groups (it got 2 workers); tests/cluster covers growth.
-# Run after this file's other sweeps it fails: their killed Train controllers (PBT pauses, a failing trial, a
-# killed sweep) left resource requests the coordinator keeps 180 s (only an ASHA-stopped trial cancels its own)
+# Run after this file's other sweeps it used to fail: their killed Train controllers (PBT pauses, a failing trial,
+# a killed sweep) left resource requests the coordinator keeps 180 s. Each fit and the sweep's driver now cancel
+# those (launch/reservations.py): the whole file but the PBT resume, `-m ""`, passed (2026-12-06, 4 min 26 s).
 def test_an_elastic_trial_grows_into_the_workers_of_a_stopped_trial(ray_session, home, monkeypatch):
     """Elastic trials ``[1, 2]`` on the session's 4 CPUs: two trials at once, each at its floor (1 driver CPU + 1
     worker); no room for a second worker while both live. The weak trial (shuffled labels) is held back until the
