@@ -16,6 +16,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -142,14 +144,35 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
         log.warning("warning: %s", target.warning)
     quiet_ray_driver_logs()  # Ray's known-benign lines off the console (elastic_train.launch.quiet)
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
-    if target.embedded:
-        ray.init(address="local", **kwargs)  # never "auto": it would follow a stale ray_current_cluster again
-    else:
-        reach.check_auth(target)  # a token mismatch: exit 2 in seconds, not 20 s of InvalidAuthToken lines
-        reach.bounded(lambda: ray.init(address=target.init_address(), **kwargs), timeout_s,
-                      target.source, target.address)
+    with keep_sigterm_handler():
+        if target.embedded:
+            ray.init(address="local", **kwargs)  # never "auto": it would follow a stale ray_current_cluster again
+        else:
+            reach.check_auth(target)  # a token mismatch: exit 2 in seconds, not 20 s of InvalidAuthToken lines
+            reach.bounded(lambda: ray.init(address=target.init_address(), **kwargs), timeout_s,
+                          target.source, target.address)
     filter_forwarded_lines()
     return target.how
+
+
+@contextmanager
+def keep_sigterm_handler() -> Iterator[None]:
+    """The job's own SIGTERM handler (``jobs._cli.guarded``: the run ends KILLED, exit 130) still in force after
+    ``ray.init``, which replaces it twice: with its own Python handler (``sys.exit``) and, process-wide, with
+    abseil's failure handler from Ray's core worker. That one prints a C++ stack, arms a 3 s alarm and chains to
+    the Python handler; a run's orderly end (the Train run stopped, MLflow marked KILLED, Ray shut down) takes
+    longer, so the alarm aborted the driver: exit 134, the run's end unwritten (ray#64830). Setting the job's
+    handler again after ``ray.init`` replaces both, for SIGTERM only (abseil keeps SIGSEGV and the rest). A
+    process with no Python handler of its own (a library caller) keeps Ray's."""
+    import signal
+
+    main = threading.current_thread() is threading.main_thread()
+    ours = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(ours):
+            signal.signal(signal.SIGTERM, ours)
 
 
 def connect(ctx: RunContext, address: str | None = None) -> RunContext:

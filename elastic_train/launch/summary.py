@@ -27,6 +27,12 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         m = dict(res.metrics or {}) if res is not None else {}
         has_checkpoint = res is not None and res.checkpoint
         checkpoint = checkpoint_uri(ctx.storage_path, res.checkpoint.path) if has_checkpoint else None
+        if res is None:  # killed or failed with no result from Ray Train: where the same command resumes from
+            latest = _latest_checkpoint(ctx)  # (its progress only: the run's final metrics are not this)
+            if latest is not None:
+                checkpoint = latest[0]
+                m = {k: v for k, v in (latest[1].get("metrics") or {}).items()
+                     if k in ("global_step", "steps_per_epoch", "epoch")}
     book = outcome.book or {}
     totals = book.get("totals") or {}
     # this driver's first step only (an already-complete run's checkpoint holds an earlier driver's)
@@ -60,7 +66,9 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         summary["final_metrics"]["val_perplexity"] = m["val_perplexity"]
     for key in ("mfu", "tokens_per_second", "data_wait_share", "peak_memory_bytes"):
         summary[key] = m.get(key)
-    if outcome.error is not None:
+    if isinstance(outcome.error, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (`ray job stop`, a scheduler)
+        summary["error"] = "interrupted (Ctrl-C or SIGTERM): the same command resumes from the last checkpoint"
+    elif outcome.error is not None:
         summary["error"] = (
             f"{type(outcome.error).__name__}: "
             f"{str(outcome.error).strip().splitlines()[0][:500] if str(outcome.error).strip() else ''}"
@@ -69,6 +77,13 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         summary["note"] = "already complete; nothing to train"
     account(ctx, outcome, summary)
     return summary
+
+
+def _latest_checkpoint(ctx: RunContext) -> tuple[str, dict[str, Any]] | None:
+    try:
+        return ctx.storage.latest_checkpoint()
+    except Exception:  # the storage is away: the summary says less, it still prints
+        return None
 
 
 def epochs_run(global_step: int | None, steps_per_epoch: int | None, epoch: int | None) -> float | int | None:
@@ -210,7 +225,8 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("run", summary["run_name"]),
         ("status", summary["status"]),
         *[(k, _fmt(v)) for k, v in fm.items()],
-        ("steps / epochs", f"{summary['steps']} / {_fmt(summary.get('epochs_run', summary['epochs']), 'g')}"),
+        ("steps / epochs",
+         f"{_fmt(summary['steps'], 'd')} / {_fmt(summary.get('epochs_run', summary['epochs']), 'g')}"),
         ("world sizes", " -> ".join(map(str, summary["world_sizes"])) or "-"),
         ("restarts", summary["restarts"]),
         ("samples/s (steady)", _fmt(summary["samples_per_second"], ",.0f")),
