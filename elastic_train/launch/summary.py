@@ -226,7 +226,8 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("status", summary["status"]),
         *[(k, _fmt(v)) for k, v in fm.items()],
         ("steps / epochs",
-         f"{_fmt(summary['steps'], 'd')} / {_fmt(summary.get('epochs_run', summary['epochs']), 'g')}"),
+         f"{'-' if summary['steps'] is None else summary['steps']} / "
+         f"{_fmt(summary.get('epochs_run', summary['epochs']), 'g')}"),
         ("world sizes", " -> ".join(map(str, summary["world_sizes"])) or "-"),
         ("restarts", summary["restarts"]),
         ("samples/s (steady)", _fmt(summary["samples_per_second"], ",.0f")),
