@@ -36,6 +36,10 @@ Two lines a healthy run would otherwise show:
   start at once on a small node (a streamed run's Ray Data tasks, a restarting worker group): nothing for the
   run to act on, and the raylet's log keeps it. Ray's driver prints those pushes itself, not through the
   dispatcher, so :func:`filter_forwarded_lines` wraps that printer too (compat.ray_core).
+* The raylet's push when a worker process dies unexpectedly (``A worker died or was killed while executing a task
+  by an unexpected system error. ...``: ~1500 characters of ids, the exit detail and a paragraph of advice about
+  OOM and resource isolation) becomes one line: the pid, the host, the exit type and detail, and the worker's
+  log files on that node.
 * A raylet's C++ FATAL: its line stays (it says why), its ~20-line stack trace becomes one line pointing at that
   node's raylet.out, and the head's ``Raylet is terminated ...`` push keeps Ray's message but not the log tail it
   quotes. A host cut off longer than the head's health check allows (docs/clusters.md) is declared dead; when its
@@ -339,6 +343,26 @@ TERMINATED_DECLARED_DEAD_LINE = ("Raylet is terminated: the head had declared it
                                  "reached (a host rejoins with cluster/local/add-worker.sh --rejoin)")
 
 
+# The raylet's push when a worker process dies unexpectedly: one line of ~1500 characters (ids, the exit detail,
+# then a paragraph of common causes and advice). What it says is kept, in one short line; the advice about OOM
+# and resource isolation goes (the exit detail says OOM when it was one). A Train worker's death is also our
+# controller's own line ("RayTrainWorker pid N ... died: ...; the worker group restarts ...").
+_WORKER_DIED = re.compile(
+    r"^A worker died or was killed while executing a task by an unexpected system error\..*?"
+    r"Worker ID: (?P<worker>[0-9a-f]+).*?Worker IP address: (?P<ip>\S+).*?Worker PID: (?P<pid>\d+).*?"
+    r"Worker exit type: (?P<type>\S+) Worker exit detail: (?P<detail>.*?)(?: Some common causes include:.*)?$",
+    re.DOTALL,
+)
+
+
+def _worker_died(line: Any) -> Any:
+    m = _WORKER_DIED.search(line) if isinstance(line, str) else None
+    if m is None:
+        return line
+    return (f"a worker process died unexpectedly: pid {m['pid']} on {m['ip']} ({m['type']}: "
+            f"{m['detail'].strip().rstrip('.')}); its logs: logs/worker-{m['worker']}-* on that node")
+
+
 def _terminated(line: Any) -> Any:
     if not (isinstance(line, str) and _RAYLET_TERMINATED.search(line)):
         return line
@@ -358,7 +382,7 @@ class _WithoutBenignRayletLines:
     def __call__(self, data: dict[str, Any], ignore_prefix: bool) -> None:
         if data.get("pid") == "raylet":
             lines = data.get("lines") or []
-            kept = [_terminated(line) for line in lines
+            kept = [_worker_died(_terminated(line)) for line in lines
                     if not (isinstance(line, str) and BENIGN_RAYLET_LINES.search(line))]
             if not kept:
                 return

@@ -298,3 +298,33 @@ def test_a_process_ray_ends_with_sigterm_drops_its_dump_and_other_processes_prin
     other = ["", "    @ not a frame", '  File "x.py", line 3 in f', "Fatal Python error: kept"]
     printer({"pid": 8, "lines": other})
     assert printed == [{"pid": 8, "lines": other}]
+
+
+WORKER_DIED = (  # a raylet's push, as Ray 2.60 printed it when a worker was killed (a test fault, mode=exit)
+    'A worker died or was killed while executing a task by an unexpected system error. To troubleshoot th'
+    'e problem, check the logs for the dead worker. Lease ID: 04000000b5a33d4b583ba08d32abbad69d9afc77e0d'
+    'a0c694dfca223e2a4ed13 Worker ID: bb788be3e72d9626bc1bd26dec688f5deabdce022607045e4cdb6c4a Node ID: 3'
+    '46374748ca64ed6a83e0e19f6071b1d9a9bc97466365b5cf3ccdbf0 Worker IP address: 192.0.2.2 Worker port: 41'
+    '531 Worker PID: 18393 Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits w'
+    'ith a connection error code 2. End of file. Some common causes include: (1) the process was killed b'
+    'y the OOM killer due to high memory usage, (2) ray stop --force was called, or (3) the worker crashe'
+    'd unexpectedly due to SIGSEGV or another unexpected error. If the process was killed by the kernel O'
+    'OM killer (verifiable by checking for OOM in dmesg of the OOMing node), consider enabling resource i'
+    'solation via --enable-resource-isolation to prevent node deaths by resource contention and significa'
+    'nt loss of progress by uninformed kernel OOM killing.'
+)
+
+
+def test_a_raylets_worker_died_push_becomes_one_short_line_with_what_it_said():
+    from elastic_train.launch.quiet import _WithoutBenignRayletLines
+
+    printed: list = []
+    _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [WORKER_DIED]}, False)
+    (line,) = printed[0]["lines"]
+    assert line == ("a worker process died unexpectedly: pid 18393 on 192.0.2.2 (SYSTEM_ERROR: Worker unexpectedly "
+                    "exits with a connection error code 2. End of file); its logs: "
+                    "logs/worker-bb788be3e72d9626bc1bd26dec688f5deabdce022607045e4cdb6c4a-* on that node")
+    other = "A worker died or was killed while executing a task by an unexpected system error, in a new way."
+    printed.clear()
+    _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [other]}, False)
+    assert printed[0]["lines"] == [other]  # a wording it does not know prints whole
