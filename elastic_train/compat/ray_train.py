@@ -73,13 +73,14 @@ def autoscaling_coordinator() -> Any:
     return get_or_create_autoscaling_coordinator()
 
 
-def cancel_resource_requests(requester_ids: list[str]) -> None:
-    """Cancel the AutoscalingCoordinator's requests of ``requester_ids``, not waited for (one caller's calls to an
-    actor run in order). Raises what reaching the coordinator raises; never creates it for nothing to cancel."""
-    if requester_ids:
-        coordinator = autoscaling_coordinator()
-        for requester_id in requester_ids:
-            coordinator.cancel_request.remote(requester_id=requester_id)
+def cancel_resource_requests(requester_ids: list[str]) -> list[Any]:
+    """Cancel the AutoscalingCoordinator's requests of ``requester_ids``; returns the calls' refs, for a caller
+    that must know them done before another process asks (one caller's own calls to an actor run in order).
+    Raises what reaching the coordinator raises; never creates it for nothing to cancel."""
+    if not requester_ids:
+        return []
+    coordinator = autoscaling_coordinator()
+    return [coordinator.cancel_request.remote(requester_id=requester_id) for requester_id in requester_ids]
 
 
 def resource_request_priority() -> Any:

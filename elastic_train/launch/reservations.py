@@ -21,19 +21,23 @@ safe.
 
 from __future__ import annotations
 
+from typing import Any
+
 TIMEOUT_S = 5.0
 RUNS_NAMESPACE = b"elastic_train_train_runs"
 
 
 def release_stale_reservation(ray_train_run_id: str | None) -> bool:
-    """Cancel the coordinator request of the Train run ``ray_train_run_id``; whether the call went through."""
+    """Cancel the coordinator request of the Train run ``ray_train_run_id`` (a checkpoint's, for a controller that
+    predates the records below); whether the call went out."""
     if not ray_train_run_id:
         return False
     import ray
 
+    from elastic_train.compat.ray_train import cancel_resource_requests, train_run_requester
+
     try:
-        coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
-        ray.get(coordinator.cancel_request.remote(requester_id=f"train-{ray_train_run_id}"), timeout=TIMEOUT_S)
+        ray.get(cancel_resource_requests([train_run_requester(ray_train_run_id)]), timeout=TIMEOUT_S)
         return True
     except Exception:  # best effort: Ray's own 180 s expiry still applies
         return False
@@ -47,26 +51,27 @@ def record_train_run(controller_actor_id: str, ray_train_run_id: str) -> None:
     kv_put(f"{controller_actor_id}/{ray_train_run_id}".encode(), b"", RUNS_NAMESPACE, TIMEOUT_S)
 
 
-def release_dead_runs_requests() -> list[str]:
+def release_dead_runs_requests(actors: list[Any] | None = None) -> list[str]:
     """Cancel the coordinator requests of every recorded Train run whose controller is no longer alive, and drop
-    their records; returns those runs' ids. Best effort and bounded: any failure leaves Ray's expiry in charge."""
+    their records; returns those runs' ids. ``actors``: the GCS's actor table if the caller has just fetched it
+    (:func:`~elastic_train.compat.ray_core.actor_table`), else it is fetched here when there are records. Best
+    effort and bounded: any failure leaves Ray's expiry in charge."""
+    import ray
     from ray.core.generated import gcs_pb2
 
-    from elastic_train.compat.ray_core import actor_records, kv_delete_prefix, kv_keys
+    from elastic_train.compat.ray_core import actor_table, kv_delete_prefix, kv_keys
     from elastic_train.compat.ray_train import cancel_resource_requests, train_run_requester
 
     try:
         recorded = [key.decode().split("/", 1) for key in kv_keys(b"", RUNS_NAMESPACE, TIMEOUT_S)]
         if not recorded:
             return []
-        alive = set()
-        for raw in actor_records():
-            record = gcs_pb2.ActorTableData.FromString(raw)
-            if record.state != gcs_pb2.ActorTableData.DEAD:
-                alive.add(record.actor_id.hex())
+        alive = {a.actor_id.hex() for a in (actor_table() if actors is None else actors)
+                 if a.state != gcs_pb2.ActorTableData.DEAD}
         dead = [(actor, run) for actor, run in recorded if actor not in alive]
         if dead:
-            cancel_resource_requests([train_run_requester(run) for _, run in dead])
+            # waited for: the fit about to start asks from its own controller, whose calls are not ordered after ours
+            ray.get(cancel_resource_requests([train_run_requester(run) for _, run in dead]), timeout=TIMEOUT_S)
             for actor, run in dead:
                 kv_delete_prefix(f"{actor}/{run}".encode(), RUNS_NAMESPACE, TIMEOUT_S)
         return [run for _, run in dead]

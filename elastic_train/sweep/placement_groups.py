@@ -26,6 +26,7 @@ from typing import Any
 import ray
 from ray.tune import Callback
 
+from elastic_train.compat.ray_core import actor_table
 from elastic_train.launch.reservations import release_dead_runs_requests
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,8 @@ def settle(timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         OrphanedPlacementGroupReaper.removed.extend(remove_orphaned_placement_groups())
-        end_stranded_cleaners()
-        if not actor_created_placement_groups() and not stranded_cleaners():
+        ended = end_stranded_cleaners()
+        if not ended and not actor_created_placement_groups():
             return
         time.sleep(0.5)
 
@@ -89,17 +90,7 @@ def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
     return [pg.placement_group_id.hex() for pg in _live_actor_created_groups(job_id)]
 
 
-def _actor_records() -> Iterator[Any]:
-    """GCS records (``ActorTableData``) of every actor in the cluster."""
-    from ray.core.generated import gcs_pb2
-
-    from elastic_train.compat.ray_core import actor_records
-
-    for raw in actor_records():
-        yield gcs_pb2.ActorTableData.FromString(raw)
-
-
-def stranded_cleaners(job_id: str | None = None) -> list[str]:
+def stranded_cleaners(job_id: str | None = None, actors: list[Any] | None = None) -> list[str]:
     """Hex ids of live ``PlacementGroupCleaner`` actors (detached) whose Train controller of this job is dead.
 
     Their one duty -- removing the dead controller's placement group -- is done here; without a working state
@@ -110,7 +101,7 @@ def stranded_cleaners(job_id: str | None = None) -> list[str]:
 
     job_id = job_id or ray.get_runtime_context().get_job_id()
     alive, dead = gcs_pb2.ActorTableData.ALIVE, gcs_pb2.ActorTableData.DEAD
-    records = list(_actor_records())
+    records = actor_table() if actors is None else actors
     dead_controllers = {a.address.worker_id for a in records
                         if a.class_name == "TrainController" and a.state == dead and a.job_id.hex() == job_id}
     return [a.actor_id.hex() for a in records
@@ -118,12 +109,12 @@ def stranded_cleaners(job_id: str | None = None) -> list[str]:
             and a.owner_address.worker_id in dead_controllers]
 
 
-def end_stranded_cleaners(job_id: str | None = None) -> int:
+def end_stranded_cleaners(job_id: str | None = None, actors: list[Any] | None = None) -> int:
     """End what :func:`stranded_cleaners` finds, as ``ray.kill`` ends an actor (an intended exit: no raylet
     "worker died ... unexpected system error" line, no ``SystemExit`` traceback on the console, as ending the
     process with a signal printed). They are unnamed and this process holds no handle to them, and ``ray.kill``
     needs one: the GCS's own kill call takes the actor id."""
-    return kill_via_gcs(stranded_cleaners(job_id))
+    return kill_via_gcs(stranded_cleaners(job_id, actors))
 
 
 def own_train_controllers() -> list[str]:
@@ -131,7 +122,7 @@ def own_train_controllers() -> list[str]:
     from ray.core.generated import gcs_pb2
 
     me = bytes.fromhex(ray.get_runtime_context().get_worker_id())
-    return [a.actor_id.hex() for a in _actor_records() if a.class_name == "TrainController"
+    return [a.actor_id.hex() for a in actor_table() if a.class_name == "TrainController"
             and a.state == gcs_pb2.ActorTableData.ALIVE and a.owner_address.worker_id == me]
 
 
@@ -169,8 +160,9 @@ class OrphanedPlacementGroupReaper(Callback):
     def reap(self) -> None:
         try:
             removed = remove_orphaned_placement_groups()
-            end_stranded_cleaners()
-            release_dead_runs_requests()  # what paused, failed or killed trials' controllers still reserve
+            actors = actor_table()  # one fetch of the GCS's actor table for both scans
+            end_stranded_cleaners(actors=actors)
+            release_dead_runs_requests(actors)  # what paused, failed or killed trials' controllers still reserve
         except Exception as e:  # a GCS hiccup must not stop the sweep; the next step retries
             log.warning("could not scan placement groups: %s", e)
             return
