@@ -258,6 +258,18 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("ray._private.runtime_env.setup_hook:load_and_execute_setup_hook_module", "attr",
           "train/spares.py", "a string hook is imported as module.function", "as above", RAY,
           params=("worker_process_setup_hook_key",)),
+    # ---- Ray Data (compat/ray_data.py)
+    Entry("ray.data._internal.datasource_v2.formats.parquet.footer_file_indexer:FooterFileIndexer.__init__",
+          "literal", "data/ray_source.py (compat.ray_data.parquet_footer_readers)",
+          "a Parquet read of a few files lists them with one footer reader, not 32 new processes per execution",
+          "no read_parquet argument sizes the footer-reader pool (32 actors for 4 files: ~20 s on 2 cores)", RAY,
+          value="RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"),
+    Entry("ray.data._internal.datasource_v2.formats.parquet.footer_file_indexer:_DEFAULT_BATCH_SIZE", "const",
+          "compat/ray_data.py (FOOTERS_PER_ACTOR)", "the files one footer-reader call reads",
+          "sizes the pool to the file count", RAY, value=10),
+    Entry("ray.data._internal.datasource_v2.formats.parquet.footer_file_indexer:_DEFAULT_NUM_ACTORS", "const",
+          "compat/ray_data.py (RAY_DEFAULT_FOOTER_ACTORS)", "the pool's size for a data set of 320 files or more",
+          "Ray's own default kept as the ceiling", RAY, value=32),
     # ---- Ray Tune (compat/ray_tune.py)
     Entry("ray.tune.experimental.output:get_air_verbosity", "literal", "sweep/tuner.py (compat.ray_tune)",
           "Tune's start banner off (the old output engine is silent at verbose=0)",

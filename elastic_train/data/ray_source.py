@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow.fs
 import torch
 
+from elastic_train.compat.ray_data import parquet_footer_readers
 from elastic_train.data import filesystems
 from elastic_train.data.ids import val_mask
 from elastic_train.data.spec import DataBundle, DataSpec, SourceInfo, StreamSplit, TensorSet, split_indices
@@ -271,7 +272,10 @@ def _read(fmt: str, found: RayFiles, preserve_order: bool = True, file_seed: int
         kwargs["include_paths"] = True
     if file_seed is not None:
         kwargs["shuffle"] = ray.data.FileShuffleConfig(seed=file_seed)
-    return readers[fmt](found.files, **kwargs)
+    if fmt != "parquet":
+        return readers[fmt](found.files, **kwargs)
+    with parquet_footer_readers(len(found.files)):  # not 32 new processes per execution for a few files
+        return readers[fmt](found.files, **kwargs)
 
 
 def _preprocessed(ds: Any, preprocess: str | None, cpus: float, concurrency: int | None, block_rows: int | None,

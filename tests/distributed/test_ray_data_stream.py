@@ -37,6 +37,7 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
     marker, trace = tmp_path / "fault-fired", tmp_path / "trace"
     monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"step=8,rank=1,marker={marker},mode=exit")
     logs = WorkerLogs(ray_session)
+    readers_before = footer_readers()
     # with a preprocess over blocks split to 100 rows: the repartition and the row filter fused into its task
     summary = run_job(home, "stream-fault", *stream_overrides(tmp_path / "digits", trace),
                       "checkpoint.every_steps=3", "train.epochs=2",
@@ -60,6 +61,17 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
     records = read_trace(trace)
     assert {r["epoch"] for r in records if "step" in r} == {0, 1}
     assert stream_exactly_once_problems(records, n_train(n), G, epochs=2) == []
+    # Each Ray Data execution over these 4 files listed them with one footer reader (a new Python process), not
+    # Ray's 32 (compat.ray_data.parquet_footer_readers): ~6 executions here (train epochs, validation, restart)
+    readers = footer_readers() - readers_before
+    assert 1 <= readers <= 8, readers
+
+
+def footer_readers() -> int:
+    """How many of Ray Data's Parquet ``FooterReader`` actors the cluster has started so far."""
+    from elastic_train.compat.ray_core import actor_table
+
+    return sum(a.class_name == "FooterReader" for a in actor_table())
 
 
 def test_stream_on_too_few_cpus_is_refused_before_the_counting_pass(ray_session, home, tmp_path, capsys):
