@@ -113,6 +113,11 @@ def choose(address: str | None, timeout_s: float, environ: Mapping[str, str] = o
         return _default(timeout_s, environ)
     if target == "local":
         return RayTarget("local", EMBEDDED)
+    if target.lower().startswith("ray://"):
+        raise ConfigError(source, target, "Ray Client (ray://) is not supported: the run's controller, callbacks "
+                                          "and key-value records need a driver on the cluster. Submit it there "
+                                          "(ray job submit --address http://HEAD:8265 -- python -m jobs...) or "
+                                          "give the head's GCS address (HEAD:6379)")
     if target == "auto":
         path = cluster_file(environ)
         recorded = _read(path)

@@ -93,6 +93,15 @@ def test_explicit_address_that_answers_is_used(listener):
     assert not target.embedded and target.init_address() == f"127.0.0.1:{listener}"
 
 
+@pytest.mark.parametrize("environ,address", [({}, "ray://10.0.0.1:10001"),
+                                              ({"RAY_ADDRESS": "RAY://head:10001"}, None)])
+def test_a_ray_client_address_is_refused_at_once_naming_what_to_do(environ, address):
+    with pytest.raises(ConfigError) as e:
+        reach.choose(address, timeout_s=0.1, environ=environ)
+    assert e.value.field == ("--address" if address else "RAY_ADDRESS")
+    assert "Ray Client (ray://) is not supported" in str(e.value) and "ray job submit" in str(e.value)
+
+
 def test_local_means_embedded():
     assert reach.choose("local", timeout_s=1.0, environ={}).embedded
 
