@@ -20,6 +20,11 @@ class DataSpec:
     tokens_per_sample: int = 1  # seq_len for language models (per-token metrics, throughput)
 
 
+def eval_batch_size(spec: DataSpec, micro_batch_size: int = 0) -> int:
+    """Validation batches: big for classification, small for language models (their logits are T x V)."""
+    return max(micro_batch_size, 256 if spec.kind == "classification" else 8)
+
+
 @dataclass
 class TensorSet:
     """An in-memory dataset: row i of ``x`` and ``y`` is sample i."""

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.sampler import steps_per_epoch
-from elastic_train.data.spec import Batch, DataBundle, StreamSplit
+from elastic_train.data.spec import Batch, DataBundle, StreamSplit, eval_batch_size
 from elastic_train.data.trace import Trace
 from elastic_train.errors import ConfigError
 
@@ -133,6 +133,10 @@ class StreamData:
         # only after finishing what it read before it.
         self._finished: list[Any] = []
         self._ahead: _Ahead | None = None  # the next epoch, started half-way through this one
+        # The first validation, started after this attempt's first step (see epoch()), and how many validation
+        # passes this process has read: the same on every rank, so the collective split agrees.
+        self._val_ahead: _Ahead | None = None
+        self._val_passes = 0
         self.trace = Trace(trace_path, rank, plan.world_size)
 
     @property
@@ -203,6 +207,11 @@ class StreamData:
             if then is not None and step == ahead_at:  # the same step on every rank: the split is a collective
                 self._ahead = _Ahead(then, self._rows(self._my_iterator("train", then, None, True, "train-ahead"),
                                                       then))
+            if step == start_step + 1 and self._val_passes == 0 and self._val_ahead is None:
+                # the first validation's Ray Data start-up (its split coordinator, file listing, read tasks) runs
+                # while training goes on, as the next epoch's does: it cost ~8 s at the first checkpoint on 2 cores
+                val_batch = eval_batch_size(self.bundle.spec, self.plan.micro_batch_size)
+                self._val_ahead = _Ahead(0, self._val_rows(val_batch), batch_size=val_batch)
             got = next(rows, None)
             if got is None or len(got[2]) < b:
                 raise RuntimeError(f"rank {self.rank}: the stream ran out at epoch {epoch} step {step} "
@@ -238,10 +247,14 @@ class StreamData:
             for x, y in self._val_cache:
                 yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             return
-        it = self._my_iterator("val", 0, None, equal=False)
+        ahead, self._val_ahead = self._val_ahead, None
+        if ahead is not None and ahead.batch_size == batch_size:
+            rows = ahead.rows()
+        else:  # not started ahead (validation before the second step), or for another batch size (all ranks alike)
+            rows = self._val_rows(batch_size)
         cache: list[tuple[torch.Tensor, torch.Tensor]] | None = []
         size = 0
-        for x, y, _ in self.source.batches(it, batch_size, self.prefetch_batches, None, None):
+        for x, y, _ in rows:
             if cache is not None:
                 size += x.nbytes + y.nbytes
                 if size <= self.VAL_CACHE_MAX_BYTES:
@@ -250,7 +263,23 @@ class StreamData:
                     cache = None
             yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         self._finished.append(self._held.pop("val", None))
-        self._val_cache = cache
+        self._val_passes += 1
+        # Kept only where every rank keeps its part: a rank reading from its cache while another builds a new
+        # split (a collective) would pair that broadcast with the validation's all-reduce.
+        self._val_cache = cache if self._all_ranks(cache is not None) else None
+
+    def _val_rows(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, np.ndarray]]:
+        """This rank's part of a new validation split (a collective: every rank calls it at the same point)."""
+        it = self._my_iterator("val", 0, None, equal=False)
+        return self.source.batches(it, batch_size, self.prefetch_batches, None, None)
+
+    def _all_ranks(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every rank (a collective where there is a process group)."""
+        if not (self.plan.world_size > 1 and dist.is_available() and dist.is_initialized()):
+            return flag
+        t = torch.tensor([int(flag)], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return bool(t.item())
 
     # ------------------------------------------------------------------------------ trace
     def _record(self, epoch: int, step: int, ids: np.ndarray) -> None:
@@ -261,7 +290,7 @@ class StreamData:
         self.trace.mark(event)
 
     def close(self) -> None:
-        self._ahead = None
+        self._ahead = self._val_ahead = None
         self._held.clear()
         self._finished.clear()
         self.trace.close()
@@ -278,8 +307,8 @@ class _Ahead:
     changes: the split is the one ``epoch(then)`` would build (no ids excluded: a fresh epoch), and a restart
     simply drops it (the process and the split's coordinator go with the worker group)."""
 
-    def __init__(self, epoch: int, rows: Iterator[Any]):
-        self.epoch, self._rows = epoch, rows
+    def __init__(self, epoch: int, rows: Iterator[Any], batch_size: int | None = None):
+        self.epoch, self._rows, self.batch_size = epoch, rows, batch_size
         self._first: Any = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._pull, name=f"stream-epoch-{epoch}", daemon=True)

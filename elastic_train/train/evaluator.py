@@ -16,17 +16,13 @@ from torch import nn
 from elastic_train.data import DataSpec
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.loader import worker_data
+from elastic_train.data.spec import eval_batch_size
 from elastic_train.models import build_model
 from elastic_train.train.loop import Batch, Precision, evaluate
 from elastic_train.train.metrics import eval_metrics
 
 if TYPE_CHECKING:  # pydantic-free at run time
     from elastic_train.config import JobConfig
-
-
-def eval_batch_size(spec: DataSpec, micro_batch_size: int = 0) -> int:
-    """Validation batches: big for classification, small for language models (their logits are T x V)."""
-    return max(micro_batch_size, 256 if spec.kind == "classification" else 8)
 
 
 def validate(

@@ -26,12 +26,13 @@ import torch
 
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.loader import worker_data
+from elastic_train.data.spec import eval_batch_size
 from elastic_train.models import build_model
 from elastic_train.train import interval
 from elastic_train.train import metrics as metric_math
 from elastic_train.train.budget import Budget
 from elastic_train.train.console import Console
-from elastic_train.train.evaluator import eval_batch_size, validate
+from elastic_train.train.evaluator import validate
 from elastic_train.train.faults import FaultHook
 from elastic_train.train.goodput import GoodputReporter
 from elastic_train.train.hooks import LoopHooks

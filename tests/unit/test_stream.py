@@ -269,3 +269,49 @@ def test_rank_0_keeps_a_split_it_finished_until_the_next_step_has_run_on_every_r
     later = data.epoch(1)
     next(later), next(later)
     assert not src.live("train", 0)
+
+
+class CountingSource(FakeSource):
+    """FakeSource that notes each split it builds, by part."""
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.splits: list[str] = []
+
+    def split(self, part, epoch, seed, world, exclude, equal):
+        self.splits.append(part)
+        return super().split(part, epoch, seed, world, exclude, equal)
+
+
+def counting_stream(n: int, g: int) -> tuple[StreamData, CountingSource]:
+    src = CountingSource(n)
+    split = StreamSplit(src, n, np.zeros((1, 1), np.float32))
+    return StreamData(DataBundle(split, split, DataSpec("classification", (1,), 2)), BatchPlan(g, 1), 0, seed=0,
+                      device=torch.device("cpu")), src
+
+
+def test_the_first_validation_is_started_after_the_first_step_and_read_from_there_once():
+    data, src = counting_stream(100, 10)
+    steps = data.epoch(0)
+    next(steps)
+    assert src.splits == ["train"]  # the first step waits for nothing but its own batch
+    next(steps)
+    assert src.splits == ["train", "val"]  # started while the second step trains
+    first = [x for x, _ in data.val_batches(256)]
+    assert src.splits == ["train", "val"] and sum(len(x) for x in first) == 100  # the split started ahead, whole
+    again = [x for x, _ in data.val_batches(256)]
+    assert src.splits == ["train", "val"] and torch.equal(torch.cat(again), torch.cat(first))  # from the cache
+    for _ in steps:
+        pass
+    list(data.epoch(1))
+    assert src.splits == ["train", "val", "train"]  # nothing started ahead once validation has been read
+
+
+def test_a_validation_before_the_second_step_reads_its_own_split_and_none_is_started_later():
+    data, src = counting_stream(100, 10)
+    steps = data.epoch(0)
+    next(steps)
+    assert sum(len(x) for x, _ in data.val_batches(256)) == 100
+    for _ in steps:
+        pass
+    assert src.splits == ["train", "val"]
