@@ -62,9 +62,11 @@ def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, 
     assert {r["epoch"] for r in records if "step" in r} == {0, 1}
     assert stream_exactly_once_problems(records, n_train(n), G, epochs=2) == []
     # Each Ray Data execution over these 4 files listed them with one footer reader (a new Python process), not
-    # Ray's 32 (compat.ray_data.parquet_footer_readers): ~6 executions here (train epochs, validation, restart)
+    # Ray's 32 (compat.ray_data.parquet_footer_readers). The executions here (the counting pass, train epochs,
+    # epochs started ahead, validation, again after the restart) number 7 in most runs and more when the fault
+    # lands later: bounded below one unsized read's 32, which any read without the sizing starts.
     readers = footer_readers() - readers_before
-    assert 1 <= readers <= 8, readers
+    assert 1 <= readers < 32, readers
 
 
 def footer_readers() -> int:
