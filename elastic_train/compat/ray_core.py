@@ -21,18 +21,14 @@ def placement_group_records() -> Iterator[bytes]:
     yield from state._connect_and_get_accessor().get_placement_group_table()
 
 
-def actor_records() -> Iterator[bytes]:
-    """The GCS's actor table, serialized ``ActorTableData`` records (same reason as above)."""
-    from ray._private.state import state
-
-    yield from state._connect_and_get_accessor().get_actor_table(None, None)
-
-
 def actor_table() -> list[Any]:
-    """The GCS's actor table, parsed (``ActorTableData``): one fetch that several scans can share."""
+    """The GCS's actor table, parsed (``ActorTableData`` records; same reason as above): one fetch that several
+    scans can share."""
+    from ray._private.state import state
     from ray.core.generated import gcs_pb2
 
-    return [gcs_pb2.ActorTableData.FromString(raw) for raw in actor_records()]
+    raws = state._connect_and_get_accessor().get_actor_table(None, None)
+    return [gcs_pb2.ActorTableData.FromString(raw) for raw in raws]
 
 
 def gcs_channel(address: str) -> Any:

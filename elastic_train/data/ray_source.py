@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -272,9 +272,8 @@ def _read(fmt: str, found: RayFiles, preserve_order: bool = True, file_seed: int
         kwargs["include_paths"] = True
     if file_seed is not None:
         kwargs["shuffle"] = ray.data.FileShuffleConfig(seed=file_seed)
-    if fmt != "parquet":
-        return readers[fmt](found.files, **kwargs)
-    with parquet_footer_readers(len(found.files)):  # not 32 new processes per execution for a few files
+    # a Parquet read: not 32 new processes per execution to list a few files
+    with parquet_footer_readers(len(found.files)) if fmt == "parquet" else nullcontext():
         return readers[fmt](found.files, **kwargs)
 
 
