@@ -7,6 +7,7 @@ the string to every worker. No Ray, no MLflow.
 Syntax: faults separated by ``;``, each a comma-separated ``key=value`` list::
 
     step=7,rank=1,mode=exit,marker=/tmp/f1 ; step=9,mode=raise ; step=12,mode=save ; delay=0.1 ; markers=/tmp/run1
+    delay=0.25,delay_until=/shared/fast
 
 * ``step=K`` (required for a fault): the global optimizer step it fires at (``mode=save``: the first checkpoint
   at step >= K).
@@ -22,6 +23,8 @@ Syntax: faults separated by ``;``, each a comma-separated ``key=value`` list::
   counted as recovery): a fault in a run's steady state, whatever the machine's speed (the recovery benchmark
   and test measure a restart onto spares).
 * ``delay=SECONDS`` (anywhere): every rank pauses this long after each step, to stretch a short run.
+  ``delay_until=PATH``: only until PATH exists (a test that has seen what it waited for lets the run finish at
+  full speed; every rank's step checks once, a restarted worker too).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ MODES = ("exit", "raise", "save")
 _FAULT_KEYS = {"step", "rank", "mode", "marker", "when"}
 WHEN = ("spares-warm",)
 WHEN_BOUND_S = 120.0
-_GLOBAL_KEYS = {"delay", "markers"}
+_GLOBAL_KEYS = {"delay", "delay_until", "markers"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class FaultPlan:
     faults: tuple[Fault, ...] = ()
     delay: float = 0.0
     markers: str | None = None  # also where workers note their restart phases (FaultHook.note)
+    delay_until: str | None = None  # the delay ends once this path exists
 
     @classmethod
     def parse(cls, spec: str | None) -> FaultPlan:
@@ -90,10 +94,11 @@ class FaultPlan:
         faults = []
         for i, entry in enumerate(e for e in entries if _FAULT_KEYS & e.keys()):
             faults.append(_fault(spec, entry, i, merged.get("markers")))
-        return cls(tuple(faults), delay, merged.get("markers"))
+        return cls(tuple(faults), delay, merged.get("markers"), merged.get("delay_until"))
 
     def for_rank(self, rank: int) -> FaultPlan:
-        return FaultPlan(tuple(f for f in self.faults if f.rank == rank), self.delay, self.markers)
+        return FaultPlan(tuple(f for f in self.faults if f.rank == rank), self.delay, self.markers,
+                         self.delay_until)
 
 
 def _entry(spec: str, part: str) -> dict[str, str]:
@@ -106,10 +111,10 @@ def _entry(spec: str, part: str) -> dict[str, str]:
         key, value = key.strip(), value.strip()
         if not sep or not value:
             raise ConfigError(FAULT_ENV, spec, f"{kv!r}: write key=value (keys: step, rank, mode, marker, when, "
-                                               "markers, delay; faults separated by ';')")
+                                               "markers, delay, delay_until; faults separated by ';')")
         if key not in _FAULT_KEYS | _GLOBAL_KEYS:
             raise ConfigError(FAULT_ENV, spec, f"unknown key {key!r} (keys: step, rank, mode, marker, when, "
-                                               "markers, delay)")
+                                               "markers, delay, delay_until)")
         entry[key] = value
     return entry
 
@@ -185,7 +190,10 @@ class FaultHook:
 
     def maybe_fire(self, global_step: int) -> None:
         if self.delay:
-            time.sleep(self.delay)
+            if self.plan.delay_until and os.path.exists(self.plan.delay_until):
+                self.delay = 0.0  # for good: the path is not removed while the run lasts
+            else:
+                time.sleep(self.delay)
         for fault in self.plan.faults:
             if fault.mode == "save" or fault.fired():
                 continue

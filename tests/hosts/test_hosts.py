@@ -44,13 +44,24 @@ def _finished_once(job, epochs: int, g: int, wall_s: float) -> dict:
 
 
 def two_host_run(cluster: simulator.Sim, name: str, epochs: int, g: int):
-    """A run slowed to ~0.25 s a step (room to act mid-run), checkpointing every 5 steps, once it has trained 8
-    steps on both worker hosts."""
+    """A run slowed to ~0.25 s a step (room to act mid-run) until :func:`full_speed`, checkpointing every 5 steps,
+    once it has trained 8 steps on both worker hosts."""
+    fast = _fast_path(cluster, name)
+    fast.unlink(missing_ok=True)  # left by an earlier run of the test
     job = submit(cluster, name, *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
-                 "checkpoint.every_steps=5", env_vars={"ELASTIC_TRAIN_FAULT": "delay=0.25"})
+                 "checkpoint.every_steps=5", env_vars={"ELASTIC_TRAIN_FAULT": f"delay=0.25,delay_until={fast}"})
     wait_for(lambda: sum(r["world_size"] == 2 for r in read_trace(job.trace)) >= 2 * 8, 240,
              "8 steps of 2-worker training", job)
     return job
+
+
+def _fast_path(cluster: simulator.Sim, name: str) -> Path:
+    return Path(cluster.state) / "jobs" / name / "fast"  # the harness's folder, which every host sees
+
+
+def full_speed(cluster: simulator.Sim, job) -> None:
+    """The test has seen what it waited for: the run's remaining steps go undelayed (the fault's delay_until)."""
+    _fast_path(cluster, job.name).touch()
 
 
 def _rank0_host(cluster: simulator.Sim, job) -> int:
@@ -102,10 +113,11 @@ def test_a_local_storage_path_is_refused_against_separate_hosts(sim):
     assert "Traceback" not in console and "worker group of" not in console  # refused before any worker
 
 
-@pytest.mark.long  # ~3 min; in make test the run once ended on one worker before the host was back (a
-# 132-step run against a join, the coordinator's tick and a group restart on 2 cores): test c covers the shrink
+@pytest.mark.long  # ~3 min, and test c covers the shrink and the regrowth
 def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
-    g, epochs = 32, 3
+    # 10 epochs outlast the host's return (3 once ended on one worker before the host was back: a join, the
+    # coordinator's tick and a group restart on 2 cores); the rest goes at full speed once the run has grown back
+    g, epochs = 32, 10
     job = two_host_run(sim, "hosts-b", epochs, g)
     victim = _rank0_host(sim, job)  # rank 0's host: its metrics sender goes with it
     t_kill = time.time()
@@ -116,6 +128,7 @@ def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
     t_back = time.time()
     wait_for(lambda: any(r["world_size"] == 2 and r["t"] > t_back for r in read_trace(job.trace)), 180,
              "training on both hosts again", job)
+    full_speed(sim, job)
     assert job.wait(400) == 0, job.console()[-3000:]
     summary = _finished_once(job, epochs, g, wall_s=600)  # steps its sender never sent came back from the checkpoint
     assert summary["world_sizes"][:3] == [2, 1, 2], summary["world_sizes"]
@@ -125,7 +138,9 @@ def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice_and_
     # long enough to grow back after the heal: the rejoin (12-41 s measured), Ray's node view and the coordinator's
     # 20 s tick, a group restart. 5 epochs sufficed only while every group took 10-20 s to form (the hosts'
     # unreachable nameserver, cluster.sim._resolver): then the run ended on one host before the heal's regrowth.
-    g, epochs = 32, 10
+    # 10 epochs once left 11 s to spare (a regrowth 87.5 s after the heal). Once it has grown back, the rest goes
+    # at full speed (full_speed), so a longer run costs only its undelayed tail.
+    g, epochs = 32, 12
     job = two_host_run(sim, "hosts-c", epochs, g)
     victim = _rank0_host(sim, job)  # its metrics sender is cut off with it, and talks again after the heal
     simulator.partition(sim, victim)
@@ -150,6 +165,7 @@ def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice_and_
     wait_for(lambda: any(r["world_size"] == 2 and r["t"] > t_heal for r in read_trace(job.trace)), 240,
              "training on both hosts again", job)
     regrown_s = time.time() - t_heal
+    full_speed(sim, job)
     assert job.wait(400) == 0, job.console()[-3000:]
     summary = _finished_once(job, epochs, g, wall_s=900)
     assert summary["world_sizes"][:3] == [2, 1, 2], summary["world_sizes"]

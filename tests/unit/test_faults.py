@@ -34,6 +34,25 @@ def test_the_single_fault_syntax_still_works():
     assert FaultPlan.parse(None) == FaultPlan.parse("  ") == FaultPlan()
 
 
+def test_the_delay_ends_for_good_once_its_path_exists(tmp_path, monkeypatch):
+    """A test that has seen what it waited for lets the run finish at full speed (tests/hosts)."""
+    import elastic_train.train.faults as faults
+
+    slept: list[float] = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    fast = tmp_path / "fast"
+    hook = FaultHook.parse(f"delay=0.25,delay_until={fast}; step=99,rank=1", rank=0)
+    assert hook.plan.delay_until == str(fast)  # kept by for_rank
+    hook.maybe_fire(1)
+    hook.maybe_fire(2)
+    fast.touch()
+    hook.maybe_fire(3)
+    fast.unlink()
+    hook.maybe_fire(4)
+    assert slept == [0.25, 0.25]
+    assert FaultHook.parse(f"delay=0.25,delay_until={fast}", rank=1).delay == 0.25  # a new worker checks again
+
+
 @pytest.mark.parametrize("spec, needle", [
     ("step=x,rank=1", "step=x: not an integer"),
     ("step=3,mode=explode", "mode=explode: one of exit, raise, save"),
