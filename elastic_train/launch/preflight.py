@@ -92,8 +92,8 @@ class PreflightReport:
         if self.spare_workers != 0:
             each = "one per worker" if self.spare_workers == "auto" else f"{self.spare_workers}"
             lines.append(f"  spares: {each} on each node from {self.spares_after_s:g} s into training, for a faster "
-                         f"restart (~{SPARE_RSS_GB} GB of memory each, no CPU while idle; failure.spare_workers=0: "
-                         "none)")
+                         f"restart (~{SPARE_RSS_GB} GB of memory each, ~1 % of a core while idle; "
+                         "failure.spare_workers=0: none)")
         shared = {True: "visible from every node", False: "NOT shared", None: "single node"}[self.storage_shared]
         lines.append(f"  storage: {self.storage_path} ({shared})")
         lines.append(f"  data: {self.data['train_samples']} train / {self.data['val_samples']} val samples; "
