@@ -29,7 +29,8 @@ Two lines a healthy run would otherwise show:
   sweep's reaper (:mod:`elastic_train.sweep.placement_groups`) removes what a stopped trial left.
 * The Train controller's ~25-line traceback as it shuts down a worker group after one of its workers died
   (``Graceful shutdown of backend failed. This is expected if one of the workers has crashed.`` ... ending in
-  ``ActorDiedError`` and the exit detail) becomes one line: which worker died, where, and Ray's exit detail. The
+  ``ActorDiedError`` and the exit detail) becomes one line: which worker died, where, and Ray's exit detail; when
+  it ends in ``ActorUnavailableError`` (the worker's host gone or cut off), one line that says so. The
   worker's own ``restart N: resumed from ...`` line follows. The whole block stays in the controller's log file.
 * The raylet's ``WARNING: N PYTHON worker processes have been started on node: ... which is Nx the maximum
   expected startup concurrency``, which every raylet pushes to every driver of the cluster when many processes
@@ -155,6 +156,10 @@ def _traceback_end(lines: list[Any], j: int, end: re.Pattern[str]) -> int | None
 _WORKER_DIED_START = re.compile(
     r"^Graceful shutdown of backend failed\. This is expected if one of the workers has crashed\.$")
 _WORKER_DIED_END = re.compile(r"^ray\.exceptions\.ActorDiedError: ")
+# ... or the worker cannot be reached: its host is gone or cut off (Ray's RPC fails before the GCS declares the
+# node dead). The exception names the actor only by id.
+_WORKER_UNREACHABLE_END = re.compile(r"^ray\.exceptions\.ActorUnavailableError: The actor [0-9a-f]+ is unavailable: "
+                                     r"(?:The actor is temporarily unavailable: )?(.+)$")
 _DEATH_FIELDS = re.compile(r"^\t(class_name|pid|ip): (\S+)$")
 _DEATH_CAUSE = re.compile(r"Worker exit type: (\S+) Worker exit detail: (.+?)(?:\. |\.?$)")
 
@@ -163,7 +168,12 @@ def _worker_death(lines: list[Any], i: int) -> tuple[int, str] | None:
     """``(index after the block, its one-line summary)`` when a worker-death block starts at ``lines[i]``."""
     j = _block_at(lines, i, _WORKER_DIED_START, _WORKER_DIED_END)
     if j is None:
-        return None
+        j = _block_at(lines, i, _WORKER_DIED_START, _WORKER_UNREACHABLE_END)
+        if j is None:
+            return None
+        why = _WORKER_UNREACHABLE_END.match(lines[j - 1]).group(1).split(";")[0]  # gRPC's detail after ";"
+        return j, (f"a worker is unreachable (its host is gone or cut off: {why}); the worker group restarts from "
+                   "its last checkpoint")
     fields: dict[str, str] = {}
     cause = None
     while j < len(lines) and isinstance(lines[j], str) and (lines[j].startswith("\t")

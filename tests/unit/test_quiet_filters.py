@@ -169,6 +169,22 @@ def test_a_worker_deaths_traceback_from_the_controller_becomes_one_line_with_the
         "after"]}]
 
 
+def test_a_worker_on_a_lost_host_in_the_controllers_traceback_becomes_one_line():
+    """The worker's host was killed or cut off (tests/hosts, 2026-12-07): Ray's RPC fails before the node is
+    declared dead, and the block ends in ActorUnavailableError, which names the actor only by id."""
+    unreachable = [*WORKER_DEATH[:-7], (
+        "ray.exceptions.ActorUnavailableError: The actor 6195466f12653b751ec18d0f02000000 is unavailable: The actor "
+        "is temporarily unavailable: RpcError: RPC error: failed to connect to all addresses; last error: UNKNOWN: "
+        "ipv4:198.18.9.12:10005: Failed to connect to remote host: Connection refused. The actor may be restarting.")]
+    printed = []
+    _WithoutBenignLines(printed.append)({"pid": 3, "lines": ["before", *unreachable, "after"]})
+    assert printed == [{"pid": 3, "lines": [
+        "before",
+        "a worker is unreachable (its host is gone or cut off: RpcError: RPC error: failed to connect to all "
+        "addresses); the worker group restarts from its last checkpoint",
+        "after"]}]
+
+
 def test_the_same_shutdown_failing_for_another_reason_prints_whole():
     other = [*WORKER_DEATH[:-7], "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready."]
     assert without_benign_blocks(other) == other
