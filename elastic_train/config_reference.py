@@ -7,6 +7,7 @@ A test checks that the file is this module's output, so the reference cannot dri
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
@@ -47,13 +48,27 @@ def render() -> str:
     for name, field in JobConfig.model_fields.items():
         section = field.annotation
         if isinstance(section, type) and issubclass(section, Section):
-            doc = (section.__doc__ or "").strip()
+            doc = inspect.cleandoc(section.__doc__ or "")
             out += [f"## `{name}`\n", *([doc + "\n"] if doc and section.__doc__ != Section.__doc__ else []),
                     _table(section, prefix=f"{name}.")]
+            if name == "compat":
+                out.append(_features_table())
     out += ["## `sweep.space` distributions\n",
             "Each key of `sweep.space` is a dotted config key (`train.lr`); its value is a distribution:\n",
             _table(Distribution, prefix="")]
     return "\n".join(out)
+
+
+def _features_table() -> str:
+    """The features of ``compat.internals``: what each buys, what runs without it, the Ray it needs."""
+    from elastic_train.compat.features import FEATURES
+    from elastic_train.compat.registry import entries_of
+
+    rows = ["| feature | on by default | buys | without it | Ray | private names |", "|---|---|---|---|---|---|"]
+    for f in FEATURES.values():
+        rows.append(f"| `{f.name}` | {'yes' if f.default else 'no'} | {_cell(f.buys)} | {_cell(f.public)} | "
+                    f"{f.since}+ | {len(entries_of(f.name))} |")
+    return "\n".join(rows) + "\n"
 
 
 def _table(model: type[BaseModel], prefix: str = "", skip_sections: bool = False) -> str:

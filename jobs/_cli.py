@@ -85,7 +85,11 @@ def print_config(cfg: Any) -> int:
 
 
 def guarded(body: Callable[[], int]) -> int:
-    """Run ``body``; a ConfigError is one line on stderr and exit 2; SIGTERM/Ctrl-C is exit 130."""
+    """Run ``body``; a ConfigError is one line on stderr and exit 2; SIGTERM/Ctrl-C is exit 130. Before it, Ray's
+    public console filter is exported (read once, when the job first imports Ray: launch/quiet.py)."""
+    from elastic_train.launch.quiet import export_skip_regex
+
+    export_skip_regex()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if main_thread else None
     if main_thread:  # `ray job stop` sends SIGTERM: end the MLflow run as KILLED, not as a crash

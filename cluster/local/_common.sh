@@ -54,3 +54,26 @@ rejoin_pid() {  # prints the live supervisor's pid; fails when there is none
   kill -0 "$pid" 2>/dev/null || return 1
   echo "$pid"
 }
+
+# Ray's public settings for this node's raylet, which every worker process it starts inherits (a value exported
+# before the script wins): workers at niceness 0, not Ray's 15 (a training worker that fills the cores otherwise
+# loses each time slice to any nice-0 process that wakes up; docs/clusters.md), and gloo on the interface that
+# holds this node's Ray address (where the hostname resolves to 127.0.0.1, a two-host process group fails).
+export RAY_worker_niceness=${RAY_worker_niceness:-0}
+
+node_ip() {  # node_ip "$@": --node-ip-address from the flags, else the address Ray would pick here
+  local a
+  for a in "$@"; do
+    case "$a" in --node-ip-address=*) echo "${a#*=}"; return 0 ;; esac
+  done
+  python -c 'import ray.util; print(ray.util.get_node_ip_address())' 2>/dev/null || hostname -I 2>/dev/null | awk '{print $1}'
+}
+
+export_gloo_interface() {  # export_gloo_interface IP: GLOO_SOCKET_IFNAME for the interface holding IP
+  [ -n "${GLOO_SOCKET_IFNAME:-}" ] && return 0
+  local ifname
+  ifname=$(PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python -c \
+    'import sys; from elastic_train.train.netif import interface_of; print(interface_of(sys.argv[1]) or "")' "$1" \
+    2>/dev/null) || ifname=""
+  if [ -n "$ifname" ]; then export GLOO_SOCKET_IFNAME=$ifname; fi
+}

@@ -27,6 +27,7 @@ if ! has_token; then
   exit 2
 fi
 GPUS=$(count_gpus)
+export_gloo_interface "$(node_ip "${FLAGS[@]}")"
 if [ "$REJOIN" = 0 ]; then
   echo "joining ${ADDRESS} with ${GPUS} GPU(s); token from $(describe_token)"
   exec ray start --address="$ADDRESS" --num-gpus="$GPUS" --disable-usage-stats "${FLAGS[@]}"

@@ -37,8 +37,8 @@ if [ -z "${RAY_AUTH_TOKEN:-}" ]; then
   chmod 700 "$(dirname "$TOKEN_FILE")" 2>/dev/null || true
   chmod 600 "$TOKEN_FILE"
 fi
-HEAD_IP=$(python -c 'from ray._private.services import get_node_ip_address as ip; print(ip())' 2>/dev/null \
-          || hostname -I 2>/dev/null | awk '{print $1}')
+HEAD_IP=$(node_ip "$@")
+export_gloo_interface "$HEAD_IP"
 WORKERS=$(( GPUS > 0 ? GPUS : 2 ))
 
 print_next_steps() {

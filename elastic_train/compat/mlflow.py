@@ -1,4 +1,4 @@
-"""MLflow internals and the process-wide MLflow environment defaults (checked on MLflow 3.17.2).
+"""The process-wide MLflow environment defaults, and a tracking URI for one block (public APIs only).
 
 The only module outside ``tracking/`` that names MLflow (``pyproject.toml`` allows it): ``tracking/`` imports it.
 """
@@ -30,9 +30,19 @@ def set_console_defaults() -> None:
 def use_tracking_uri(uri: str) -> Iterator[None]:
     """MLflow's global tracking URI set to ``uri`` inside the block, then restored *and* its env var.
 
-    ``mlflow.set_tracking_uri`` also exports MLFLOW_TRACKING_URI; restoring with set_tracking_uri(get()) would
-    leave the old default exported. MLflow's private ``_use_tracking_uri`` restores both (no public equivalent)."""
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+    ``mlflow.set_tracking_uri`` also exports MLFLOW_TRACKING_URI; restoring with set_tracking_uri(get()) alone
+    would leave the old default exported and redirect the next run, so the variable is put back as it was. Public
+    API only (MLflow's private ``_use_tracking_uri`` did the same)."""
+    import mlflow
 
-    with _use_tracking_uri(uri):
+    exported = os.environ.get("MLFLOW_TRACKING_URI")
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
         yield
+    finally:
+        mlflow.set_tracking_uri(previous)
+        if exported is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = exported

@@ -1,20 +1,22 @@
-"""Ray Data knobs read under private names (checked on Ray 2.60.0)."""
+"""Ray Data's Parquet footer readers, sized through Ray Data's own environment setting (public; no internal).
+
+Ray 2.60's Parquet reads list their files through a pool of ``FooterReader`` actors, each a new Python process,
+``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS`` of them (32 by default) for every execution, whatever the file count (for
+4 files: ~20 s of a streamed epoch on 2 cores). The setting is read when ``read_parquet`` builds its file indexer,
+in the calling process, so the driver exports it before each read. Older Rays read footers without that pool, and
+ignore the setting.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
 import os
-from collections.abc import Iterator
 
-# Ray Data's Parquet reads list their files through a pool of ``FooterReader`` actors, each a new Python process,
-# ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS`` of them (32 by default) for every execution, whatever the file count.
-# The env var is read when ``read_parquet`` builds the indexer, in the calling process.
 PARQUET_FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
-FOOTER_INDEXER_MODULE = "ray.data._internal.datasource_v2.formats.parquet.footer_file_indexer"
 RAY_DEFAULT_FOOTER_ACTORS = 32  # Ray's default: the ceiling kept for a large data set
 FOOTERS_PER_ACTOR = 10  # Ray's footer batch (RAY_DATA_PARQUET_FOOTER_BATCH_SIZE): the files one actor call reads
+
+_USERS = os.environ.get(PARQUET_FOOTER_ACTORS_ENV)  # a value exported before this process started wins
 
 
 def parquet_footer_actors(files: int) -> int:
@@ -22,17 +24,8 @@ def parquet_footer_actors(files: int) -> int:
     return max(1, min(RAY_DEFAULT_FOOTER_ACTORS, math.ceil(files / FOOTERS_PER_ACTOR)))
 
 
-@contextlib.contextmanager
-def parquet_footer_readers(files: int) -> Iterator[None]:
-    """Within: a ``read_parquet`` of ``files`` files starts :func:`parquet_footer_actors` footer readers, not 32.
-    A value the user exported wins."""
-    if PARQUET_FOOTER_ACTORS_ENV in os.environ:
-        yield
-        return
-    with contextlib.suppress(ImportError):  # its module-level default is read at import: from the real environment
-        importlib.import_module(FOOTER_INDEXER_MODULE)
-    os.environ[PARQUET_FOOTER_ACTORS_ENV] = str(parquet_footer_actors(files))
-    try:
-        yield
-    finally:
-        os.environ.pop(PARQUET_FOOTER_ACTORS_ENV, None)
+def export_parquet_footer_readers(files: int) -> None:
+    """Before a ``read_parquet`` of ``files`` files: export :func:`parquet_footer_actors` footer readers for it
+    (and the reads after it), unless the user exported a value of their own."""
+    if _USERS is None:
+        os.environ[PARQUET_FOOTER_ACTORS_ENV] = str(parquet_footer_actors(files))

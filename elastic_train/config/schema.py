@@ -365,6 +365,31 @@ class PerfConfig(Section):
     peak_tflops: float | None = Field(None, gt=0.0, description="Device peak TFLOP/s for MFU; default from a table.")
 
 
+class CompatConfig(Section):
+    """**One switch for every upstream internal.** The engine runs on Ray's, MLflow's and torch's public APIs and
+    documented settings; where a private name buys measured speed or fixes an upstream bug, it serves a named
+    feature below, each with the public path it falls back to (elastic_train/compat/features.py; every name is
+    listed with the public way that was tried in compat/registry.py). `compat.internals=off` (or
+    `ELASTIC_TRAIN_INTERNALS=off` in the environment, for every process a job starts) runs on public APIs only;
+    a list of names uses exactly those. A feature this Ray lacks (an older release, or an internal an upgrade
+    changed) turns off by itself, and the preflight says so in one line (`internals: the public path instead of
+    ...`); what the switch costs is measured in docs/benchmarks.md."""
+
+    internals: str | list[str] | None = Field(
+        None, description="Upstream internals the engine may use (docs/config.md#compat): 'on' (each feature's "
+        "default), 'off' (public Ray, MLflow and torch APIs only), or a list of feature names; default "
+        "$ELASTIC_TRAIN_INTERNALS, else 'on'.")
+
+    @field_validator("internals")
+    @classmethod
+    def _known(cls, v: str | list[str] | None) -> str | list[str] | None:
+        from elastic_train.compat.features import parse_switch
+
+        if v is not None:
+            parse_switch(v)  # ValueError names the unknown feature and lists the known ones
+        return v
+
+
 class JobConfig(Section):
     seed: int = Field(0, ge=0, description="Seeds model init, data split and data order.")
     name: str | None = Field(None, description="Run name; default <config name>-<timestamp>. Same name = resume.")
@@ -377,6 +402,7 @@ class JobConfig(Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
     perf: PerfConfig = Field(default_factory=PerfConfig)
+    compat: CompatConfig = Field(default_factory=CompatConfig)
 
     @field_validator("name")
     @classmethod

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow.fs
 import torch
 
-from elastic_train.compat.ray_data import parquet_footer_readers
+from elastic_train.compat.ray_data import export_parquet_footer_readers
 from elastic_train.data import filesystems
 from elastic_train.data.ids import val_mask
 from elastic_train.data.spec import DataBundle, DataSpec, SourceInfo, StreamSplit, TensorSet, split_indices
@@ -272,9 +272,9 @@ def _read(fmt: str, found: RayFiles, preserve_order: bool = True, file_seed: int
         kwargs["include_paths"] = True
     if file_seed is not None:
         kwargs["shuffle"] = ray.data.FileShuffleConfig(seed=file_seed)
-    # a Parquet read: not 32 new processes per execution to list a few files
-    with parquet_footer_readers(len(found.files)) if fmt == "parquet" else nullcontext():
-        return readers[fmt](found.files, **kwargs)
+    if fmt == "parquet":  # a Parquet read: not 32 new processes per execution to list a few files
+        export_parquet_footer_readers(len(found.files))
+    return readers[fmt](found.files, **kwargs)
 
 
 def _preprocessed(ds: Any, preprocess: str | None, cpus: float, concurrency: int | None, block_rows: int | None,

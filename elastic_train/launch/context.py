@@ -93,6 +93,9 @@ def plan(config_path: str | None, overrides: list[str], resume: str | None = Non
     the run name. The file is read and the overrides are parsed once. ``launched`` is when the job started
     (``started``: its wall and goodput count from there); default now.
     """
+    from elastic_train.launch.versions import check_installed
+
+    check_installed()  # a Ray or MLflow outside the supported range: exit 2 with the line that fixes it
     file_tree = config_mod.read_yaml(config_path) if config_path else {}
     parsed = config_mod.parse_overrides(overrides)
     cfg = config_mod.compose(file_tree, parsed)  # on its own first: a mistake names the override, not the base
@@ -117,11 +120,24 @@ def plan(config_path: str | None, overrides: list[str], resume: str | None = Non
     resuming = storage.has_checkpoints()
     if resuming:
         config_mod.refuse_incompatible_resume(storage.load_config(), cfg)
+    use_internals(cfg)
     fault = os.environ.get(FAULT_ENV) or None
     FaultPlan.parse(fault)  # a malformed test-fault spec exits 2 here, not in a worker
     timeline.mark("config + plan")
     return RunContext(cfg, run_name, home, storage_path, resuming, config_path,
                       launched if launched is not None else now, fault=fault)
+
+
+def use_internals(cfg: JobConfig) -> None:
+    """The run's switch of upstream internals (``compat.internals``, else ``$ELASTIC_TRAIN_INTERNALS``) made this
+    process's and its children's (compat/features.py); a bad value in the environment exits 2 here."""
+    from elastic_train.compat import features
+
+    features.configure(cfg.compat.internals)
+    try:
+        features.parse_switch(features.switch_value())
+    except ValueError as e:
+        raise ConfigError(f"${features.SWITCH_ENV}", features.switch_value(), str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------- connect
@@ -146,13 +162,31 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     with keep_sigterm_handler():
         if target.embedded:
+            embedded_ray_env()
             ray.init(address="local", **kwargs)  # never "auto": it would follow a stale ray_current_cluster again
         else:
             reach.check_auth(target)  # a token mismatch: exit 2 in seconds, not 20 s of InvalidAuthToken lines
-            reach.bounded(lambda: ray.init(address=target.init_address(), **kwargs), timeout_s,
-                          target.source, target.address)
+            try:
+                reach.bounded(lambda: ray.init(address=target.init_address(), **kwargs), timeout_s,
+                              target.source, target.address)
+            except RuntimeError as e:  # the cluster's Ray is another release: one line, the install that matches
+                from elastic_train.launch.versions import cluster_mismatch
+
+                raise (cluster_mismatch(e, target.address) or e) from None
     filter_forwarded_lines()
     return target.how
+
+
+# Ray's public settings for the Ray a driver starts itself (its raylet reads them from its environment; a value the
+# user exported wins). Ray starts every worker process at niceness 15 (RayConfig ``worker_niceness``): a training
+# worker that fills the cores then loses each time slice to any nice-0 process that wakes up, and with intra-op
+# threads one preempted thread stalls the op (on 2 cores, the MLP at 0.69 of a plain loop, the small GPT at 0.86).
+EMBEDDED_RAY_ENV = {"RAY_worker_niceness": "0"}
+
+
+def embedded_ray_env() -> None:
+    for name, value in EMBEDDED_RAY_ENV.items():
+        os.environ.setdefault(name, value)
 
 
 @contextmanager

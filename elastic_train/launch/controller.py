@@ -1,42 +1,40 @@
-"""What runs inside Ray Train's controller actor for every run (a Ray Train callback of the internal kinds).
+"""What runs inside Ray Train's controller actor for every run (Ray Train callbacks of its internal kinds), each
+behind its feature of compat/features.py. With every internal off, none of it runs: Ray Train's public path.
 
-**The controller at niceness 0.** Ray starts the controller, like every worker, at niceness 15. Since the
-training workers put themselves at 0 (train/priority.py), a controller left at 15 gets a sliver of CPU while
-they fill the cores, and every ``ray.train.report`` waits for it: the report barrier (the controller's poll,
-collecting every rank's report, registering the checkpoint) measured 0.63 s per checkpoint on 2 cores against
-~50 ms when everything ran at 15 (bench/recovery.py ``checkpoint_share``). The controller mostly sleeps between
-polls; at 0 it answers when polled. Kept light: the controller imports this module to unpickle the callback.
+(The controller once put itself at niceness 0 here, since Ray starts every worker process at 15; the engine now
+starts an embedded Ray with Ray's public ``RAY_worker_niceness=0``, and cluster/local's scripts start nodes so.)
 
-**A lost node seen at once.** Ray Train's elastic policy sizes the next worker group from what Ray's cluster-wide
-``AutoscalingCoordinator`` reserves for it, and that actor refreshes its view of the nodes on a 20 s tick. After
-a host is lost or cut off, the next group was planned on the stale view (the dead node's CPUs still counted),
-waited out Ray Train's 30 s worker-group start timeout, and only then shrank: ~50 s of a recovery on separate
-hosts (tests/hosts). :class:`FreshClusterView` asks the coordinator to recompute (its own ``recompute=True``
-path, which Ray uses before it pins nodes) when the controller handles a failure, so the next group is sized on
-the nodes alive now.
+**A lost node seen at once** (feature ``dead_run_requests``, elastic runs). Ray Train's elastic policy sizes the
+next worker group from what Ray's cluster-wide ``AutoscalingCoordinator`` reserves for it, and that actor refreshes
+its view of the nodes on a 20 s tick. After a host is lost or cut off, the next group was planned on the stale view
+(the dead node's CPUs still counted), waited out Ray Train's 30 s worker-group start timeout, and only then shrank:
+~50 s of a recovery on separate hosts (tests/hosts). :class:`FreshClusterView` asks the coordinator to recompute
+(its own ``recompute=True`` path, which Ray uses before it pins nodes) when the controller handles a failure, so the
+next group is sized on the nodes alive now.
 
-**No DatasetManager without datasets.** At every worker-group start (each run, each restart, each sweep trial)
-Ray Train's ``DatasetsCallback`` creates a ``DatasetManager`` actor, a new Python process importing Ray and Ray
-Data, to hand out shards of the trainer's ``datasets``. This engine passes none (its data reaches the workers
-through the object store, or streamed splits rank 0 builds: data/stream.py), so that process only took a core
-for a second beside the workers starting up. :class:`DatasetsWithoutManager` starts it only when there are
-datasets; the DataContext still reaches the workers as before.
+**No DatasetManager without datasets** (feature ``lean_callbacks``, off by default). At every worker-group start
+(each run, each restart, each sweep trial) Ray Train's ``DatasetsCallback`` creates a ``DatasetManager`` actor, a
+new Python process importing Ray and Ray Data, to hand out shards of the trainer's ``datasets``. This engine passes
+none (its data reaches the workers through the object store, or streamed splits rank 0 builds: data/stream.py), so
+that process only took a core for a second beside the workers starting up. :class:`DatasetsWithoutManager` starts it
+only when there are datasets; the DataContext still reaches the workers as before.
 
-**No PlacementGroupCleaner where the caller reaps.** Ray Train starts a detached ``PlacementGroupCleaner`` actor
-per run (one more process: ~1.8 s of CPU, measured per sweep trial on 2 cores) to remove the run's placement
-group if its controller dies without cleaning up. A sweep's driver already does that for every trial, through
-the GCS and without the dashboard Ray's cleaner needs (sweep/placement_groups.py), so a trial
-(``RunResources.placement_groups_reaped``) starts none. Nor does a run on an embedded Ray: that cluster is one
-node, the driver's own, and ends with it. A run on its own on a cluster keeps Ray's.
+**No PlacementGroupCleaner where the caller reaps** (``lean_callbacks`` too). Ray Train starts a detached
+``PlacementGroupCleaner`` actor per run (one more process: ~1.8 s of CPU, measured per sweep trial on 2 cores) to
+remove the run's placement group if its controller dies without cleaning up. A sweep's driver already does that for
+every trial, through the GCS and without the dashboard Ray's cleaner needs (sweep/placement_groups.py), so a trial
+(``RunResources.placement_groups_reaped``) starts none. Nor does a run on an embedded Ray: that cluster is one node,
+the driver's own, and ends with it. A run on its own on a cluster keeps Ray's.
 
-**No PreemptionWatcher on an embedded Ray** (launch/trainer.py ``_ray_train_env``): Ray Train starts one, a new
-process, at every worker-group start, restarts included, to see a node drained ahead of its loss. Nothing drains
-the driver's own node but the driver's end, so there it only took memory (~190 MB) and woke ~150 times a second
-beside the training threads. The workers then skip the preemption barrier too (train/policy.py).
-"""
+**No PreemptionWatcher on an embedded Ray** (feature ``no_preemption_watcher``, launch/trainer.py
+``_ray_train_env``): Ray Train starts one, a new process, at every worker-group start, restarts included, to see a
+node drained ahead of its loss. Nothing drains the driver's own node but the driver's end, so there it only took
+memory (~190 MB) and woke ~150 times a second beside the training threads. The workers then skip the preemption
+barrier too (train/policy.py)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from elastic_train.compat.ray_train import (
@@ -44,19 +42,17 @@ from elastic_train.compat.ray_train import (
     DatasetsCallback,
     PlacementGroupCleanerCallback,
     WorkerGroupCallback,
+    refresh_reservations,
 )
 from elastic_train.train.faults import append_marker
-from elastic_train.train.priority import normal_priority
 
-
-class ControllerPriority(ControllerCallback):
-    def after_controller_start(self, train_run_context: Any) -> None:
-        normal_priority()
+log = logging.getLogger(__name__)
 
 
 class RecordTrainRun(ControllerCallback):
     """The controller notes itself and its Train run in the GCS, so that a later run can cancel the resource
-    request it leaves if it dies without its own end (launch/reservations.py). Best effort."""
+    request it leaves if it dies without its own end (launch/reservations.py; feature ``dead_run_requests``).
+    Best effort: without the record, Ray's 180 s expiry applies to this run's request."""
 
     def after_controller_start(self, train_run_context: Any) -> None:
         import ray
@@ -65,25 +61,23 @@ class RecordTrainRun(ControllerCallback):
 
         try:
             record_train_run(ray.get_runtime_context().get_actor_id(), train_run_context.run_id)
-        except Exception:  # no record: Ray's 180 s expiry applies to this run, as before
-            pass
+        except Exception as e:
+            log.warning("Train run %s not recorded (%s): if this controller dies, its resource request waits out "
+                        "Ray's 180 s expiry", train_run_context.run_id, e)
 
 
 class FreshClusterView(ControllerCallback):
     """On a failure: the coordinator's reservations recomputed against the nodes alive now (bounded, best
-    effort: on any error Ray's 20 s tick still applies)."""
+    effort: on any error Ray's 20 s tick still applies). Feature ``dead_run_requests``."""
 
     TIMEOUT_S = 5.0
 
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
-        import ray
-
         try:
-            coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
-            ray.get(coordinator.get_reserved_resources.remote("elastic-train-refresh", recompute=True),
-                    timeout=self.TIMEOUT_S)
-        except Exception:  # best effort (a private actor: compat canary)
-            pass
+            refresh_reservations(self.TIMEOUT_S)
+        except Exception as e:
+            log.warning("the coordinator's reservations were not refreshed after the failure (%s): the next worker "
+                        "group is sized on its view of up to 20 s ago", e)
 
 
 class NoDatasets:

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from elastic_train.compat import features
 from elastic_train.data import DataBundle, TensorSet
 from elastic_train.data.spec import StreamSplit
 from elastic_train.launch import timeline
@@ -49,10 +50,11 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
     log_floor = (
         backend_for(ctx.tracking, ctx.home).last_logged_step(ctx.tracking) if ctx.tracking and ctx.resuming else -1
     )
-    if latest:  # a killed driver's Train run keeps the workers' resources reserved for 180 s otherwise
-        release_stale_reservation(latest[1].get("ray_train_run_id"))
-    release_dead_runs_requests()  # and any other dead controller's (a driver killed before its first checkpoint)
-    ledger = RunLedger(uuid.uuid4().hex)  # a fresh key: no earlier life's book is ours
+    if ctx.cfg.scaling.elastic and features.enabled("dead_run_requests"):  # only elastic runs reserve workers
+        if latest:  # a killed driver's Train run keeps the workers' resources reserved for 180 s otherwise
+            release_stale_reservation(latest[1].get("ray_train_run_id"))
+        release_dead_runs_requests()  # and any other dead controller's (a driver killed before its first checkpoint)
+    ledger = RunLedger.create(uuid.uuid4().hex)  # a fresh key: no earlier life's book is ours
     res = replace(res, ledger=ledger, log_floor=log_floor, callbacks=(*res.callbacks, *_tracking_callbacks(ctx)),
                   data_ref=res.data_ref if res.data_ref is not None else share_data(ctx.bundle))
     trainer = build_trainer(ctx, res)
@@ -87,8 +89,9 @@ def _budget_spent(ctx: RunContext, progress: dict[str, Any]) -> bool:
 def _tracking_callbacks(ctx: RunContext) -> list[Any]:
     """The backend's checkpoint-copying callback, when the run is tracked and asks for checkpoints."""
     spec, t, c = ctx.tracking, ctx.cfg.tracking, ctx.cfg.checkpoint
-    if spec is None or t.log_checkpoints == ["none"]:
+    if spec is None or t.log_checkpoints == ["none"] or not features.enabled("checkpoint_copies"):
         return []
+    features.note("checkpoint_copies")
     callback = backend_for(spec, ctx.home).checkpoint_callback(spec, t.log_checkpoints, c.score, c.score_mode)
     return [callback] if callback is not None else []
 

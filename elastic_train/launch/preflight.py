@@ -19,10 +19,12 @@ from typing import Any
 
 import ray
 
+from elastic_train.compat import features
 from elastic_train.config import ConfigError, JobConfig
 from elastic_train.data import DataBundle, build_data, describe, filesystems
 from elastic_train.data.batching import BatchPlan
 from elastic_train.data.sampler import steps_per_epoch
+from elastic_train.launch.versions import versions_line
 from elastic_train.models import build_model, count_parameters
 from elastic_train.train.budget import Budget
 
@@ -51,6 +53,8 @@ class PreflightReport:
     warnings: list[str] = field(default_factory=list)
     spare_workers: int | str = 0  # failure.spare_workers (train/spares.py)
     spares_after_s: float = 0.0
+    versions: str = ""  # the Ray, MLflow, torch and Python versions (launch/versions.py)
+    internals: str | None = None  # features of compat/features.py this run cannot use, or the switch off
 
     @property
     def total_cpus(self) -> float:
@@ -75,12 +79,15 @@ class PreflightReport:
             "data": self.data,
             "model_parameters": self.model_parameters,
             "spare_workers": self.spare_workers,
+            "versions": self.versions,
+            "internals": self.internals,
             "warnings": self.warnings,
         }
 
     def render(self) -> str:
         lo, hi = self.requested
         lines = [f"preflight: {len(self.nodes)} node(s), {self.total_cpus:g} CPUs, {self.total_gpus:g} GPUs"]
+        lines += [f"  {line}" for line in (self.versions, self.internals) if line]
         for n in self.nodes:
             seen = f", torch sees {n.torch_gpus}" if n.torch_gpus is not None else ""
             lines.append(f"  node {n.address:<15} {n.cpus:>5g} CPU {n.gpus:>3g} GPU{seen}")
@@ -211,8 +218,11 @@ def _cluster_report(cfg: JobConfig, storage_path: str, data: dict[str, Any], n_p
         plans=batch_plans(cfg),
         data=data,
         model_parameters=n_params,
-        spare_workers=cfg.failure.spare_workers,
+        spare_workers=cfg.failure.spare_workers if features.requested("warm_spares") and
+        features.unavailable_reason("warm_spares") is None else 0,
         spares_after_s=cfg.failure.spares_after_s,
+        versions=versions_line(),
+        internals=features.summary_line(),
     )
 
 

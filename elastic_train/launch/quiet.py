@@ -1,5 +1,15 @@
 """Keep Ray's known-benign lines off the driver's console; warnings and errors that signal a problem still print.
 
+**Public first.** Ray's driver drops every forwarded worker line and raylet push that matches
+``RAY_DEDUP_LOGS_SKIP_REGEX`` (its log deduplicator, on by default; read once when ``ray`` is imported, off with
+``RAY_DEDUP_LOGS=0``). :func:`export_skip_regex` exports :data:`SKIP_REGEX` (the known-benign single lines below,
+and those a lost host makes the head push) before a job imports Ray; a regex of the user's own is kept beside
+ours. Ray Train's own chatter (its INFO per report, the controller's warnings as it shuts down a failed worker
+group) is held back by its public ``LoggingConfig`` (launch/trainer.py); Ray's driver-side loggers by
+``ray.init(logging_level=...)``. What a regex cannot do is turn a multi-line block into one line: with the
+internal feature ``console_blocks`` (compat/features.py, on by default) :func:`filter_forwarded_lines` wraps
+Ray's printers of forwarded output, and the blocks below become one line each; without it they print whole.
+
 Two lines a healthy run would otherwise show:
 
 * ``Token authentication is enabled for this Ray cluster...``: a WARNING that ``ray.init`` logs on the driver
@@ -58,14 +68,14 @@ Two lines a healthy run would otherwise show:
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 from typing import Any
 
-from elastic_train.compat.ray_core import AUTH_LOGGER, stdstream_dispatcher, wrap_raylet_message_printer
+from elastic_train.compat import features
+from elastic_train.compat.ray_core import stdstream_dispatcher, wrap_raylet_message_printer
 
-# The driver-side logger of Ray's token-auth setup (Ray 2.60; compat/ray_core.py).
-RAY_AUTH_LOGGER = AUTH_LOGGER
 BENIGN_RAY_MESSAGES = ("Token authentication is enabled for this Ray cluster",)
 
 # Forwarded worker / actor output lines that are known to be harmless (matched with re.search).
@@ -105,10 +115,11 @@ class _DropMessages(logging.Filter):
 
 
 def quiet_ray_driver_logs() -> None:
-    """Drop the known-benign driver-side Ray log messages (call before ``ray.init``). Idempotent."""
-    logger = logging.getLogger(RAY_AUTH_LOGGER)
-    if not any(isinstance(f, _DropMessages) for f in logger.filters):
-        logger.addFilter(_DropMessages(BENIGN_RAY_MESSAGES))
+    """Drop the known-benign driver-side Ray log messages (call before ``ray.init``). Idempotent. The filter sits
+    on the handlers of Ray's public ``ray`` logger, which every Ray module's logger propagates to."""
+    for handler in logging.getLogger("ray").handlers:
+        if not any(isinstance(f, _DropMessages) for f in handler.filters):
+            handler.addFilter(_DropMessages(BENIGN_RAY_MESSAGES))
 
 
 # Forwarded blocks (one batch): a start line, a traceback, and an end line; dropped only when all three match.
@@ -341,6 +352,40 @@ BENIGN_RAYLET_LINES = re.compile(
     r"maximum expected startup concurrency"
 )
 
+# What a lost or cut-off host makes the head and the driver print, each said again by the run's own lines (the
+# worker group shrinks, restarts from its checkpoint, grows back): the raylet's "marked dead" notice, the driver's
+# lost-object recovery, the GCS's bundle removal, the head's "Raylet is terminated" push (its tail is the dead
+# raylet's log), and a raylet's state dump and memory-monitor warnings quoted in it. Their logs keep all of it.
+LOST_HOST_LINES = re.compile(
+    r"has been marked dead because the detector has missed too many heartbeats"
+    r"|:info_message: Attempting to recover \d+ lost objects"
+    r"|gcs_placement_group_scheduler\.cc:\d+: Failed to remove \d+ bundle"
+    r"|^Raylet is terminated\. Termination is unexpected\."
+    r"|\[state-dump\]|memory_monitor_utils\.cc:\d+: Got negative used memory"
+)
+
+# A process Ray ends with SIGTERM (a worker group torn down, Ray Train's PreemptionWatcher at every group's end)
+# writes abseil's signal report: "*** SIGTERM received ...", then C++ frames. Nothing for the run; a crash's report
+# (SIGABRT, SIGSEGV) keeps its first line and Python's "Fatal Python error", only the C++ frames go.
+TEARDOWN_DUMP_LINES = re.compile(
+    r"\*\*\* SIGTERM received at time=\d+ on cpu \d+ \*\*\*$"
+    r"|^(?:\[[^\]]*\] logging\.cc:\d+: )?(?:PC: @ |\s+@\s+0x[0-9a-f]+\s)"
+)
+
+SKIP_REGEX = "|".join(f"(?:{r.pattern})" for r in (BENIGN_FORWARDED_LINES, BENIGN_RAYLET_LINES, LOST_HOST_LINES,
+                                                     TEARDOWN_DUMP_LINES))
+SKIP_ENV = "RAY_DEDUP_LOGS_SKIP_REGEX"
+
+
+def export_skip_regex() -> None:
+    """Export :data:`SKIP_REGEX` for Ray's log deduplicator in this process (and those it starts): call before
+    ``import ray``, which reads it once. A regex the user exported is kept: a line matching either is dropped."""
+    theirs = os.environ.get(SKIP_ENV)
+    if theirs is None or SKIP_REGEX in theirs:
+        os.environ[SKIP_ENV] = theirs or SKIP_REGEX
+    else:
+        os.environ[SKIP_ENV] = f"{SKIP_REGEX}|(?:{theirs})"
+
 
 # The head's push when a raylet ends: "Raylet is terminated. Termination is unexpected. ... Last 20 lines of the
 # Raylet logs:" and that tail, which for a FATAL is its stack trace: the message up to the tail stays, the tail
@@ -403,12 +448,15 @@ class _WithoutBenignRayletLines:
 
 def filter_forwarded_lines() -> bool:
     """Wrap the driver's printer of forwarded worker output (call after ``ray.init``); True when it is wrapped.
+    Only with the internal feature ``console_blocks`` (module docstring); without it, :data:`SKIP_REGEX` alone.
 
     Uses Ray's private ``global_worker_stdstream_dispatcher`` (``ray.init(log_to_driver=True)`` registers the
     printer there as ``"ray_print_logs"``), and Ray's printer of what raylets push to every driver
     (:func:`~elastic_train.compat.ray_core.wrap_raylet_message_printer`). Any change in those internal APIs leaves
     Ray's printers untouched, and the benign lines are printed again.
     """
+    if not features.enabled("console_blocks"):
+        return False
     try:
         dispatcher = stdstream_dispatcher()
         with dispatcher._lock:
@@ -420,9 +468,11 @@ def filter_forwarded_lines() -> bool:
                 wrapped = wrapped or isinstance(handler, _WithoutBenignLines)
                 handlers.append((name, handler))
             dispatcher.handlers = handlers
-    except Exception:  # a Ray without this internal: print everything, as Ray does
+    except Exception as e:  # checked by the feature; anything else: print everything, as Ray does
+        logging.getLogger(__name__).warning("console_blocks off: Ray's forwarded-output printer not wrapped (%s)", e)
         return False
     try:
         return wrap_raylet_message_printer(_WithoutBenignRayletLines) and wrapped
-    except Exception:  # likewise: the raylet's lines are printed as Ray prints them
+    except Exception as e:  # likewise: the raylet's lines are printed as Ray prints them
+        logging.getLogger(__name__).warning("console_blocks off: Ray's raylet-message printer not wrapped (%s)", e)
         return False

@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from elastic_train.compat.ray_core import WORKER_LOGGER
 from elastic_train.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -161,10 +160,12 @@ def check_auth(target: RayTarget, environ: Mapping[str, str] = os.environ,
     """Before ``ray.init``: does the cluster accept the token this client will send (or its lack)? A refusal is
     a ConfigError naming the address and the fix (exit 2, within seconds): ``ray.init`` would print ~20 s of
     ``InvalidAuthToken`` lines and end in a bare ConnectionError. No verdict (Ray Client, a slow or odd GCS):
-    ``ray.init`` goes ahead under its own bound."""
+    ``ray.init`` goes ahead under its own bound. Feature ``auth_probe`` (compat/features.py); without it, ray.init's
+    own error within ``failure.connect_timeout_s``."""
+    from elastic_train.compat import features
     from elastic_train.compat.ray_core import gcs_refuses_token
 
-    if target.embedded or "://" in target.address:
+    if target.embedded or "://" in target.address or not features.enabled("auth_probe"):
         return
     token, where = client_token(environ, automatic=target.via_file)
     refused = gcs_refuses_token(target.address, token, timeout_s)
@@ -242,12 +243,17 @@ class _NotMainThreadFilter(logging.Filter):
 
 class _quiet_thread_warning:
     """Drop Ray's "SIGTERM handler is not set because current thread is not the main thread" while connecting:
-    the job's own SIGTERM handler (jobs._cli.guarded) stays, which is what we want."""
+    the job's own SIGTERM handler (jobs._cli.guarded) stays, which is what we want. The filter sits on the handlers
+    of Ray's public ``ray`` logger, where the message of its (private) worker module's logger ends up."""
 
     def __enter__(self) -> None:
-        self.logger = logging.getLogger(WORKER_LOGGER)
+        import ray  # noqa: F401  (configures the ``ray`` logger's handlers)
+
+        self.handlers = list(logging.getLogger("ray").handlers)
         self.filter = _NotMainThreadFilter()
-        self.logger.addFilter(self.filter)
+        for handler in self.handlers:
+            handler.addFilter(self.filter)
 
     def __exit__(self, *exc: object) -> None:
-        self.logger.removeFilter(self.filter)
+        for handler in self.handlers:
+            handler.removeFilter(self.filter)

@@ -21,8 +21,6 @@ safe.
 
 from __future__ import annotations
 
-from typing import Any
-
 TIMEOUT_S = 5.0
 RUNS_NAMESPACE = b"elastic_train_train_runs"
 
@@ -39,7 +37,9 @@ def release_stale_reservation(ray_train_run_id: str | None) -> bool:
     try:
         ray.get(cancel_resource_requests([train_run_requester(ray_train_run_id)]), timeout=TIMEOUT_S)
         return True
-    except Exception:  # best effort: Ray's own 180 s expiry still applies
+    except Exception as e:  # best effort: Ray's own 180 s expiry still applies
+        _warn_once(f"the resumed run's earlier resource request not released ({type(e).__name__}: {e}): it may wait "
+                   "out Ray's 180 s expiry")
         return False
 
 
@@ -51,29 +51,38 @@ def record_train_run(controller_actor_id: str, ray_train_run_id: str) -> None:
     kv_put(f"{controller_actor_id}/{ray_train_run_id}".encode(), b"", RUNS_NAMESPACE, TIMEOUT_S)
 
 
-def release_dead_runs_requests(actors: list[Any] | None = None) -> list[str]:
+def release_dead_runs_requests() -> list[str]:
     """Cancel the coordinator requests of every recorded Train run whose controller is no longer alive, and drop
-    their records; returns those runs' ids. ``actors``: the GCS's actor table if the caller has just fetched it
-    (:func:`~elastic_train.compat.ray_core.actor_table`), else it is fetched here when there are records. Best
-    effort and bounded: any failure leaves Ray's expiry in charge."""
+    their records; returns those runs' ids. Each record's controller is looked up on its own (its GCS record),
+    so a check costs what is recorded, not the GCS's whole actor table. Best effort and bounded: any failure
+    leaves Ray's expiry in charge, and says so once."""
     import ray
-    from ray.core.generated import gcs_pb2
 
-    from elastic_train.compat.ray_core import actor_table, kv_delete_prefix, kv_keys
+    from elastic_train.compat.ray_core import actor_alive, kv_delete_prefix, kv_keys
     from elastic_train.compat.ray_train import cancel_resource_requests, train_run_requester
 
     try:
         recorded = [key.decode().split("/", 1) for key in kv_keys(b"", RUNS_NAMESPACE, TIMEOUT_S)]
-        if not recorded:
-            return []
-        alive = {a.actor_id.hex() for a in (actor_table() if actors is None else actors)
-                 if a.state != gcs_pb2.ActorTableData.DEAD}
-        dead = [(actor, run) for actor, run in recorded if actor not in alive]
+        dead = [(actor, run) for actor, run in recorded if not actor_alive(actor)]
         if dead:
             # waited for: the fit about to start asks from its own controller, whose calls are not ordered after ours
             ray.get(cancel_resource_requests([train_run_requester(run) for _, run in dead]), timeout=TIMEOUT_S)
             for actor, run in dead:
                 kv_delete_prefix(f"{actor}/{run}".encode(), RUNS_NAMESPACE, TIMEOUT_S)
         return [run for _, run in dead]
-    except Exception:
+    except Exception as e:
+        _warn_once(f"dead Train runs' resource requests not released ({type(e).__name__}: {e}): Ray's 180 s expiry "
+                   "applies to them")
         return []
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    key = message.split(" (")[0]
+    if key not in _WARNED:
+        _WARNED.add(key)
+        import logging
+
+        logging.getLogger(__name__).warning(message)

@@ -6,16 +6,16 @@ import os
 import sys
 from typing import Any
 
-from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
+import ray.train
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
 
+from elastic_train.compat import features
 from elastic_train.compat.ray_core import SETUP_HOOK_ENV
 from elastic_train.compat.ray_train import HEALTH_CHECK_ENV, PREEMPTION_WATCHER_ENV, START_TIMEOUT_ENV
-from elastic_train.compat.torch_backend import LightTorchConfig
 from elastic_train.config import JobConfig
 from elastic_train.launch.context import RunContext
 from elastic_train.launch.controller import (
-    ControllerPriority,
     FreshClusterView,
     RecordTrainRun,
     RestartPhases,
@@ -49,18 +49,16 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
         progress_bars=sys.stdout.isatty(),
         launched=ctx.started,
         watch_preemption=_preemption_watched(),
+        run_store=run_store(ctx),
     )
-    env_vars = dict(tracking.env) if tracking else {}
-    if cfg.failure.spare_workers != 0:  # warm spares for a restart (train/spares.py)
+    # every process of the run sees the same switch of internals (compat/features.py)
+    env_vars = {**(dict(tracking.env) if tracking else {}), features.SWITCH_ENV: features.switch_value()}
+    if cfg.failure.spare_workers != 0 and features.enabled("warm_spares"):  # train/spares.py
         env_vars.update(spare_worker_env(env_vars))
-    markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
-    ours = [ControllerPriority(), WorkerWarmup(markers), RecordTrainRun(),
-            *([FreshClusterView()] if cfg.scaling.elastic else []),
-            *([RestartPhases(markers)] if markers else [])]
     trainer = _Trainer(
         train_loop_per_worker,
         train_loop_config=dict(vars(args)),  # shallow: the resources hold actor handles
-        torch_config=LightTorchConfig(),  # the controller's process without torch (compat/torch_backend.py)
+        torch_config=torch_config(),
         scaling_config=_scaling(ctx, ray_num_workers(cfg),
                                 elastic_resize_monitor_interval_s=cfg.scaling.resize_check_interval_s),
         run_config=_run_config(
@@ -70,13 +68,41 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
                 checkpoint_score_attribute=cfg.checkpoint.score,
                 checkpoint_score_order=cfg.checkpoint.score_mode,
             ),
-            callbacks=[*ours, *res.callbacks],
-            worker_runtime_env={"env_vars": env_vars} if env_vars else None,
+            callbacks=[*engine_callbacks(ctx), *res.callbacks],
+            worker_runtime_env={"env_vars": env_vars},
         ),
     )
     trainer.scaling_policy = res.scaling_policy
     trainer.placement_groups_reaped = res.placement_groups_reaped or ctx.embedded_ray
     return trainer
+
+
+def engine_callbacks(ctx: RunContext) -> list[Any]:
+    """The engine's own Ray Train callbacks, each of an internal kind and so each behind its feature
+    (compat/features.py); with every internal off, none: Ray Train's public path alone."""
+    markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
+    ours: list[Any] = []
+    if features.enabled("worker_warmup"):
+        features.note("worker_warmup")
+        ours.append(WorkerWarmup(markers))
+    if ctx.cfg.scaling.elastic and features.enabled("dead_run_requests"):  # only elastic runs reserve workers
+        features.note_entries("dead_run_requests", "ControllerCallback")
+        ours += [RecordTrainRun(), FreshClusterView()]
+    if markers and features.enabled("restart_markers"):
+        features.note("restart_markers")
+        ours.append(RestartPhases(markers))
+    return ours
+
+
+def torch_config() -> Any:
+    """Ray's ``TorchConfig``, or with ``light_controller`` the same without torch in the controller's process
+    (compat/torch_backend.py)."""
+    if features.enabled("light_controller"):
+        from elastic_train.compat.torch_backend import LightTorchConfig
+
+        features.note("light_controller")
+        return LightTorchConfig()
+    return TorchConfig()
 
 
 class _Trainer(TorchTrainer):
@@ -89,11 +115,16 @@ class _Trainer(TorchTrainer):
     placement_groups_reaped: bool = False
 
     def _create_default_callbacks(self) -> list[Any]:
-        return leaner_default_callbacks(super()._create_default_callbacks(), self.train_run_context, self.datasets,
+        callbacks = super()._create_default_callbacks()
+        if not features.enabled("lean_callbacks"):
+            return callbacks
+        features.note("lean_callbacks")
+        return leaner_default_callbacks(callbacks, self.train_run_context, self.datasets,
                                         keep_pg_cleaner=not self.placement_groups_reaped)
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
-        if self.scaling_policy is not None:
+        if self.scaling_policy is not None:  # an elastic trial's (sweep/elastic.py)
+            features.note("elastic_trials")
             controller_init_kwargs["scaling_policy"] = self.scaling_policy(self.scaling_config)
         run_id = self.train_run_context.run_id
         RUNNING_TRAIN_RUNS.add(run_id)
@@ -117,17 +148,12 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
         evaluate_loop_per_worker,
         train_loop_config={"config": cfg.model_dump(mode="json"), "weights_ref": weights_ref, "data_ref": data_ref,
                            "ledger": ledger},
-        torch_config=LightTorchConfig(),
+        torch_config=torch_config(),
         scaling_config=_scaling(ctx, cfg.scaling.max_workers),
-        run_config=_run_config(ctx),
+        run_config=_run_config(ctx, worker_runtime_env={"env_vars": {features.SWITCH_ENV: features.switch_value()}}),
     )
     trainer.placement_groups_reaped = ctx.embedded_ray
     return trainer
-
-
-# Ray Train's knobs the user exported before the first run of this process: those win over the config.
-_EXPORTED = {name: os.environ[name] for name in (HEALTH_CHECK_ENV, START_TIMEOUT_ENV, PREEMPTION_WATCHER_ENV)
-             if name in os.environ}
 
 
 def spare_worker_env(env_vars: dict[str, str]) -> dict[str, str]:
@@ -137,39 +163,51 @@ def spare_worker_env(env_vars: dict[str, str]) -> dict[str, str]:
 
     job_env = dict(ray.get_runtime_context().runtime_env.get("env_vars") or {}) if ray.is_initialized() else {}
     hook = job_env.get(SETUP_HOOK_ENV) or os.environ.get(SETUP_HOOK_ENV)
+    features.note_entries("warm_spares", "WORKER_PROCESS_SETUP_HOOK_ENV_VAR", "load_and_execute_setup_hook_module")
     return worker_env(SETUP_HOOK_ENV, {**env_vars, **({SETUP_HOOK_ENV: hook} if hook else {})})
 
 
 def _ray_train_env(ctx: RunContext) -> None:
-    """Ray Train's environment knobs (compat/ray_train.py), set in the driver, which propagates them to the
-    controller; a value the user exported wins. Set from *this* run's config each time, so that a second run in
-    one process (a notebook, a test session, sweep trials) does not inherit the first run's values."""
+    """Ray Train's environment knobs (compat/ray_train.py, features ``train_knobs`` and ``no_preemption_watcher``),
+    set in the driver, which propagates them to the controller. Set from *this* run's config each time, so that a
+    second run in one process (a notebook, a test session, sweep trials) does not inherit the first run's values;
+    a value the user set wins, also one set between two runs (what this process last wrote is remembered, so a
+    different value is the user's)."""
     cfg = ctx.cfg
-    values: dict[str, Any] = {
+    values: dict[str, Any] = {}
+    if features.enabled("train_knobs"):
+        features.note("train_knobs")
         # The controller polls workers at this period; report() waits for the poll, so the default 2 s makes
         # every checkpoint cost ~2 s.
-        HEALTH_CHECK_ENV: cfg.failure.health_check_interval_s,
+        values[HEALTH_CHECK_ENV] = cfg.failure.health_check_interval_s
         # After a node loss Ray's view of the cluster can lag (its coordinator refreshes every 20 s) and a first
         # restart may ask for workers that no longer fit; a shorter start timeout retries sooner.
-        START_TIMEOUT_ENV: cfg.failure.worker_start_timeout_s,
+        values[START_TIMEOUT_ENV] = cfg.failure.worker_start_timeout_s
+    if ctx.embedded_ray and features.enabled("no_preemption_watcher"):
         # Ray Train starts a PreemptionWatcher actor (a new process) at every worker-group start, restarts
         # included, to log a node's drain ahead of its loss. An embedded Ray is one node, the driver's own:
-        # nothing drains it but the driver's end. Off there (None: Ray's default, on, elsewhere).
-        PREEMPTION_WATCHER_ENV: "0" if ctx.embedded_ray else None,
-    }
-    for name, value in values.items():
-        if name in _EXPORTED:
-            os.environ[name] = _EXPORTED[name]
-        elif value is None:
+        # nothing drains it but the driver's end.
+        features.note("no_preemption_watcher")
+        values[PREEMPTION_WATCHER_ENV] = "0"
+    for name in (HEALTH_CHECK_ENV, START_TIMEOUT_ENV, PREEMPTION_WATCHER_ENV):
+        current = os.environ.get(name)
+        if current is not None and current != _WRITTEN.get(name):
+            continue  # the user's (exported before this process, or set since our last write)
+        if name in values:
+            os.environ[name] = _WRITTEN[name] = str(values[name])
+        elif name in _WRITTEN:  # ours from an earlier run, not wanted by this one: Ray's default again
             os.environ.pop(name, None)
-        else:
-            os.environ[name] = str(value)
+            del _WRITTEN[name]
+
+
+_WRITTEN: dict[str, str] = {}  # what _ray_train_env last set, per knob
 
 
 def _preemption_watched() -> bool:
-    """Whether Ray Train's controller will run a PreemptionWatcher (as it reads the knob: ``env_bool``); the
-    workers skip the preemption barrier where none runs."""
-    return os.environ.get(PREEMPTION_WATCHER_ENV, "1").lower() in ("1", "true")
+    """Whether Ray Train's controller will run a PreemptionWatcher (Ray 2.58 and newer, unless the knob turns it off,
+    as Ray reads it: ``env_bool``); the workers skip the preemption barrier where none runs."""
+    return hasattr(ray.train, "get_preemption_info") and \
+        os.environ.get(PREEMPTION_WATCHER_ENV, "1").lower() in ("1", "true")
 
 
 def _scaling(ctx: RunContext, num_workers: int | tuple[int, int], **extra: Any) -> ScalingConfig:
@@ -183,7 +221,27 @@ def _run_config(ctx: RunContext, **extra: Any) -> RunConfig:
     return RunConfig(
         name=ctx.run_name, storage_path=path, storage_filesystem=filesystem,
         failure_config=FailureConfig(max_failures=ctx.cfg.failure.max_failures),
-        # Ray Train's INFO lines repeat every report; our workers print restarts and resizes themselves.
-        logging_config=LoggingConfig(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "WARNING")),
+        **_logging_config(),
         **extra,
     )
+
+
+def run_store(ctx: RunContext) -> tuple[Any, str]:
+    """The run's folder as Ray Train lays it out (``storage_path/name``), with the filesystem RunConfig gets: the
+    workers list, fence and upload checkpoints there (train/worker.py)."""
+    import pyarrow.fs
+
+    path, filesystem = ray_storage(ctx.storage_path)
+    if filesystem is None:
+        filesystem, path = pyarrow.fs.LocalFileSystem(), os.path.abspath(path)
+    return filesystem, f"{path.rstrip('/')}/{ctx.run_name}"
+
+
+def _logging_config() -> dict[str, Any]:
+    """Ray Train's console level (its public ``LoggingConfig``, Ray 2.56 and newer): its INFO lines repeat every
+    report, and its warnings as it shuts down a failed worker group are a traceback; our workers print restarts
+    and resizes themselves. The controller's log files keep every level. ``$ELASTIC_TRAIN_RAY_LOG_LEVEL`` sets it."""
+    logging_config = getattr(ray.train, "LoggingConfig", None)
+    if logging_config is None:
+        return {}
+    return {"logging_config": logging_config(log_level=os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL", "ERROR"))}

@@ -111,9 +111,8 @@ class GPT(nn.Module):
 
     def set_activation_checkpointing(self, enabled: bool) -> None:
         """Trade ~1/3 more compute for activation memory; MFU still counts model FLOPs only."""
-        for block in self.blocks:
-            unwrapped = getattr(block, "_orig_mod", block)  # a block compiled by sharding.shard_model
-            unwrapped.checkpointing = enabled
+        for block in self.blocks:  # a block compiled by fsdp.shard_model is compiled in place: still the block
+            block.checkpointing = enabled
 
     def shard_units(self) -> list[nn.Module]:
         """Modules that FSDP shards (and compiles) one by one; the root takes the embeddings and the head."""

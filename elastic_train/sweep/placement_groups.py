@@ -4,56 +4,51 @@ What happens (measured with Ray 2.60, see README "Sweeps"): Tune stops a trial b
 Ray Train controller is owned by that actor and dies with it, and so do the workers; but the workers'
 placement group was created by the controller, and Ray removes an actor-created placement group only when
 both its creator actor *and its job* are dead. The job -- the sweep's driver -- is alive, so the group stays
-CREATED and holds the workers' CPUs/GPUs until the sweep ends. Ray Train starts a detached
-``PlacementGroupCleaner`` per run to cover this, but it asks the state API (the dashboard) whether the
-controller lives, and fails where there is no dashboard or several Ray instances share the host. The next
-trial's Train run then waits forever for resources that no one holds: the sweep deadlocks. (Without a
-dashboard the detached cleaner also never exits: it polls, and warns, once a second until the cluster stops.)
+CREATED and holds the workers' CPUs/GPUs until the sweep ends.
 
-:class:`OrphanedPlacementGroupReaper` is a Tune callback on the sweep's driver. Every couple of seconds, and
-when the experiment ends, it asks the GCS (no dashboard needed) for this job's placement groups whose creator
-actor is dead and removes them -- such a group has no owner left that could use it, so removing it is always
-safe -- and ends the cleaners whose controller is dead, their duty done.
+**Public path.** Ray Train starts a detached ``PlacementGroupCleaner`` per run to cover this: it asks the state
+API (the dashboard) whether the controller lives and removes the group when it does not. That works where the
+dashboard runs and Ray is alone on its host (an embedded Ray on a laptop, a cluster's head); without a dashboard,
+or with several Ray instances on one host, its query fails, the group is never removed and the next trial waits
+for resources no one holds: the sweep deadlocks.
+
+**Internal path** (feature ``sweep_reaper``, on by default): :class:`OrphanedPlacementGroupReaper` is a Tune
+callback on the sweep's driver. After each trial that ends (and every :data:`IDLE_EVERY_S` otherwise), and when
+the experiment ends, it asks the GCS (no dashboard needed) for this job's placement groups whose creator actor is
+dead and removes them -- such a group has no owner left that could use it, so removing it is always safe -- and
+ends the cleaners whose controller is dead, their duty done. Each scan asks the GCS for this job's actors only,
+in the state wanted (the GCS filters): its cost is what this sweep holds, not what the cluster's history holds.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import ray
 from ray.tune import Callback
 
-from elastic_train.compat.ray_core import actor_table
+from elastic_train.compat import features
+from elastic_train.compat.ray_core import (
+    PG_CLEANER,
+    TRAIN_CONTROLLER,
+    gcs_actors,
+    kill_actors,
+    live_actor_created_groups,
+)
 from elastic_train.launch.reservations import release_dead_runs_requests
 
 log = logging.getLogger(__name__)
 
-LIVE_STATES = ("PENDING", "PREPARED", "CREATED", "RESCHEDULING")
 
-
-def _live_actor_created_groups(job_id: str | None) -> Iterator[Any]:
-    """GCS records of ``job_id``'s (default: ours) live placement groups that an actor created (Train runs' worker
-    groups; Tune's trial groups are created by the driver)."""
-    from ray.core.generated import gcs_pb2
-
-    from elastic_train.compat.ray_core import placement_group_records
-
-    job_id = job_id or ray.get_runtime_context().get_job_id()
-    for raw in placement_group_records():
-        pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
-        state_name = gcs_pb2.PlacementGroupTableData.PlacementGroupState.Name(pg.state)
-        if state_name in LIVE_STATES and pg.creator_job_id.hex() == job_id and pg.creator_actor_id \
-                and not ray.ActorID(pg.creator_actor_id).is_nil():
-            yield pg
+def _job() -> str:
+    return ray.get_runtime_context().get_job_id()
 
 
 def orphaned_placement_groups(job_id: str | None = None) -> list[str]:
     """Hex ids of the live, non-detached, actor-created placement groups of ``job_id`` whose creator died."""
-    return [pg.placement_group_id.hex() for pg in _live_actor_created_groups(job_id)
-            if not pg.is_detached and pg.creator_actor_dead]
+    return [g["id"] for g in live_actor_created_groups(job_id or _job()) if not g["detached"] and g["creator_dead"]]
 
 
 def remove_orphaned_placement_groups(job_id: str | None = None) -> list[str]:
@@ -65,8 +60,8 @@ def remove_orphaned_placement_groups(job_id: str | None = None) -> list[str]:
         try:
             remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
             removed.append(pg_id)
-        except Exception as e:  # a GCS hiccup must not stop the sweep; the next step retries
-            log.debug("placement group %s: %s", pg_id, e)
+        except Exception as e:  # a GCS hiccup must not stop the sweep; the next scan retries
+            log.warning("placement group %s not removed yet (%s): the next scan retries", pg_id, e)
     return removed
 
 
@@ -74,8 +69,10 @@ def settle(timeout_s: float = 15.0) -> None:
     """After a sweep: wait until no placement group of this job created by an actor is live, removing orphans.
 
     The last stopped trials' controllers die a moment after their trial actors; until Ray marks them dead
-    their groups are not yet orphans.
+    their groups are not yet orphans. Public path: Ray's cleaners remove them; nothing to wait for here.
     """
+    if not features.enabled("sweep_reaper"):
+        return
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         OrphanedPlacementGroupReaper.removed.extend(remove_orphaned_placement_groups())
@@ -87,93 +84,94 @@ def settle(timeout_s: float = 15.0) -> None:
 
 def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
     """Hex ids of this job's live placement groups that an actor created (Train runs' worker groups)."""
-    return [pg.placement_group_id.hex() for pg in _live_actor_created_groups(job_id)]
+    return [g["id"] for g in live_actor_created_groups(job_id or _job())]
 
 
-def stranded_cleaners(job_id: str | None = None, actors: list[Any] | None = None) -> list[str]:
+def stranded_cleaners(job_id: str | None = None) -> list[str]:
     """Hex ids of live ``PlacementGroupCleaner`` actors (detached) whose Train controller of this job is dead.
 
     Their one duty -- removing the dead controller's placement group -- is done here; without a working state
     API they never learn that the controller died, and live (polling once a second) until the cluster stops.
     A cleaner's owner is its controller, matched by worker id (an address can be reused by a later process).
     """
-    from ray.core.generated import gcs_pb2
-
-    job_id = job_id or ray.get_runtime_context().get_job_id()
-    alive, dead = gcs_pb2.ActorTableData.ALIVE, gcs_pb2.ActorTableData.DEAD
-    records = actor_table() if actors is None else actors
-    dead_controllers = {a.address.worker_id for a in records
-                        if a.class_name == "TrainController" and a.state == dead and a.job_id.hex() == job_id}
-    return [a.actor_id.hex() for a in records
-            if a.class_name == "PlacementGroupCleaner" and a.state == alive
-            and a.owner_address.worker_id in dead_controllers]
+    job = job_id or _job()
+    alive = gcs_actors(job, "ALIVE", PG_CLEANER)
+    if not alive:
+        return []
+    dead_controllers = {a["worker"] for a in gcs_actors(job, "DEAD", TRAIN_CONTROLLER)}
+    return [a["id"] for a in alive if a["owner_worker"] in dead_controllers]
 
 
-def end_stranded_cleaners(job_id: str | None = None, actors: list[Any] | None = None) -> int:
+def end_stranded_cleaners(job_id: str | None = None) -> int:
     """End what :func:`stranded_cleaners` finds, as ``ray.kill`` ends an actor (an intended exit: no raylet
     "worker died ... unexpected system error" line, no ``SystemExit`` traceback on the console, as ending the
-    process with a signal printed). They are unnamed and this process holds no handle to them, and ``ray.kill``
-    needs one: the GCS's own kill call takes the actor id."""
-    return kill_via_gcs(stranded_cleaners(job_id, actors))
+    process with a signal printed). They are unnamed and this process holds no handle to them."""
+    return kill_via_gcs(stranded_cleaners(job_id))
 
 
 def own_train_controllers() -> list[str]:
     """Hex ids of the live Ray Train controllers this process created (its trials' ``fit``)."""
-    from ray.core.generated import gcs_pb2
-
-    me = bytes.fromhex(ray.get_runtime_context().get_worker_id())
-    return [a.actor_id.hex() for a in actor_table() if a.class_name == "TrainController"
-            and a.state == gcs_pb2.ActorTableData.ALIVE and a.owner_address.worker_id == me]
+    me = ray.get_runtime_context().get_worker_id()
+    return [a["id"] for a in gcs_actors(_job(), "ALIVE", TRAIN_CONTROLLER) if a["owner_worker"] == me]
 
 
 def kill_via_gcs(ids: list[str]) -> int:
     """End the actors ``ids`` as ``ray.kill`` does, without a handle (the GCS's kill call takes the id)."""
-    if not ids:
-        return 0
-    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
-
-    from elastic_train.compat.ray_core import gcs_channel
-
-    channel = gcs_channel(ray.get_runtime_context().gcs_address)
-    try:
-        actors = gcs_service_pb2_grpc.ActorInfoGcsServiceStub(channel)
-        for actor_id in ids:
-            actors.KillActorViaGcs(gcs_service_pb2.KillActorViaGcsRequest(
-                actor_id=bytes.fromhex(actor_id), force_kill=True, no_restart=True), timeout=10)
-    finally:
-        channel.close()
-    return len(ids)
+    return kill_actors(ray.get_runtime_context().gcs_address, ids)
 
 
 class OrphanedPlacementGroupReaper(Callback):
-    """Tune callback: remove orphaned placement groups every ``every_s`` seconds and at the end."""
+    """Tune callback: remove orphaned placement groups after each trial that ends (every ``every_s`` seconds for
+    ``busy_s`` after it, until its controller's death shows), every ``idle_every_s`` otherwise, and at the end."""
 
     removed: list[str] = []  # every id removed in this process (class-level: Tune may restore a pickled copy)
 
-    def __init__(self, every_s: float = 2.0, expected: bool = False):
-        self.every_s = every_s
+    def __init__(self, every_s: float = 2.0, expected: bool = False, busy_s: float = 30.0,
+                 idle_every_s: float = 30.0, release_requests: bool = False):
+        self.every_s, self.busy_s, self.idle_every_s = every_s, busy_s, idle_every_s
+        # elastic trials: what stopped, paused or failed trials' Train runs still reserve with the coordinator
+        # (launch/reservations.py, feature dead_run_requests)
+        self.release_requests = release_requests
         self._last = 0.0
+        self._busy_until = 0.0
         # expected: the scheduler pauses trials as a matter of course (PBT: every exploit, and every trial
         # waiting at a sync point, ends a trial's Ray Train run), so each pause leaves a group: no warning.
         self.expected = expected
+        self.scans = 0
+        self.scan_s = 0.0  # time spent scanning (bench/sweep_cost.py reports its share of the sweep's wall)
 
     def reap(self) -> None:
+        started = time.perf_counter()
         try:
             removed = remove_orphaned_placement_groups()
-            actors = actor_table()  # one fetch of the GCS's actor table for both scans
-            end_stranded_cleaners(actors=actors)
-            release_dead_runs_requests(actors)  # what paused, failed or killed trials' controllers still reserve
-        except Exception as e:  # a GCS hiccup must not stop the sweep; the next step retries
+            end_stranded_cleaners()
+            if getattr(self, "release_requests", False) and features.enabled("dead_run_requests"):
+                release_dead_runs_requests()
+        except Exception as e:  # a GCS hiccup must not stop the sweep; the next scan retries
             log.warning("could not scan placement groups: %s", e)
             return
+        finally:
+            self.scans += 1
+            self.scan_s += time.perf_counter() - started
         if removed:
             (log.debug if getattr(self, "expected", False) else log.warning)(
                 "removed %d placement group(s) left by stopped trials (ray#54305)", len(removed))
             OrphanedPlacementGroupReaper.removed.extend(removed)
 
+    def _trial_ended(self) -> None:
+        self._busy_until = time.monotonic() + self.busy_s
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._trial_ended()
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._trial_ended()
+
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        if time.monotonic() - self._last >= self.every_s:
-            self._last = time.monotonic()
+        now = time.monotonic()
+        period = self.every_s if now < self._busy_until or getattr(self, "expected", False) else self.idle_every_s
+        if now - self._last >= period:
+            self._last = now
             self.reap()
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:

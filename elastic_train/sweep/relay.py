@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ray.train.v2.api.callback import UserCallback
+from ray.train import UserCallback
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from ray.util.queue import Empty, Queue
 
-from elastic_train.compat.ray_train import STORAGE_LOGGER
+from elastic_train.compat import features
 
 POLL_S = 0.5
 
@@ -40,9 +40,10 @@ def fit_reporting_checkpoints(run: Callable[[list[Any]], Any]) -> Any:
     from ray import tune
     from ray.tune import Checkpoint
 
-    # Tune's report in this process logs "Checkpoint successfully created at: ..." at INFO for every report: on
-    # the sweep's console, once per epoch per trial. The sweep prints its own line per trial (progress.py).
-    logging.getLogger(STORAGE_LOGGER).setLevel(logging.WARNING)
+    # Tune's report in this process logs "Checkpoint successfully created at: ..." at INFO for every report (Ray
+    # Train's storage module, under Ray's public ``ray.train`` logger): on the sweep's console, once per epoch per
+    # trial. The sweep prints its own line per trial (progress.py).
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
     queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
     box: dict[str, Any] = {}
 
@@ -77,20 +78,28 @@ def fit_reporting_checkpoints(run: Callable[[list[Any]], Any]) -> Any:
 class LastReportKeepsPBT(PopulationBasedTraining):
     """PBT that takes no decision on a trial's last report (``time_attr`` at ``max_t``): exploiting there would
     restart the weak trial from the donor's final checkpoint with nothing left to train, and pausing it would
-    cut off its final summary and MLflow run. A decision is made at every earlier perturbation point as usual.
-    Under ``synch`` the trial whose report completes the sync point and that is not exploited goes on instead of
-    being paused (one Ray Train restart fewer per decision)."""
+    cut off its final summary and MLflow run. A decision is made at every earlier perturbation point as usual
+    (public: our own copies of ``time_attr`` and ``synch``, Tune's public scheduler hooks).
 
-    def __init__(self, *args: Any, max_t: int, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._max_t = max_t
+    Under ``synch``, with the internal feature ``pbt_sync`` (it reads PBT's private sync state): the trial whose
+    report completes the sync point and that is not exploited goes on instead of being paused (one Ray Train
+    restart fewer per decision), and trials waiting at a sync point that a finished trial will never reach go on
+    (seen after a resumed sweep: they waited, PAUSED, for ever). Without it, Ray's own synchronous PBT."""
+
+    def __init__(self, *args: Any, max_t: int, time_attr: str = "training_iteration", synch: bool = False,
+                 **kwargs: Any):
+        super().__init__(*args, time_attr=time_attr, synch=synch, **kwargs)
+        self.max_t, self.time_attr, self.synch = max_t, time_attr, synch
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
-        if result.get(self._time_attr, 0) >= self._max_t:
+        if result.get(self.time_attr, 0) >= self.max_t:
             return TrialScheduler.CONTINUE
+        if not (self.synch and features.enabled("pbt_sync")):
+            return super().on_trial_result(tune_controller, trial, result)
+        features.note("pbt_sync")
         synced = self._next_perturbation_sync
         decision = super().on_trial_result(tune_controller, trial, result)
-        if self._synch and decision == TrialScheduler.PAUSE and self._next_perturbation_sync != synced:
+        if decision == TrialScheduler.PAUSE and self._next_perturbation_sync != synced:
             # Synchronous PBT pauses every trial at the sync point, the one whose report completed it too. That
             # trial was not exploited (an exploited one is paused already: NOOP) and has nothing to wait for:
             # pausing would only restart it from its own checkpoint, a new Ray Train run. It goes on instead.
@@ -110,7 +119,7 @@ class LastReportKeepsPBT(PopulationBasedTraining):
         ended first (its last report takes no decision, above) never will: seen after a resumed sweep, where the
         scheduler starts afresh and the weak trial finished while the strong one waited, PAUSED, for ever. Once
         no other live trial is still on its way to the sync point, the waiting trials go on (no decision there)."""
-        if not self._synch:
+        if not (self.synch and features.enabled("pbt_sync")):
             return
         live = [t for t in tune_controller.get_live_trials() if t is not ended and t in self._trial_state]
         if not live or any(t.status != "PAUSED" and self._trial_state[t].last_train_time

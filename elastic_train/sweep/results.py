@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from elastic_train import config as config_mod
-from elastic_train.compat.ray_tune import trial_statuses
 from elastic_train.config import JobConfig
 from elastic_train.launch.storage import RunStorage
 from elastic_train.launch.summary import log_checkpoint_model
@@ -139,11 +138,17 @@ def best_checkpoint(storage: RunStorage, metric: str, mode: str) -> str | None:
 # ---------------------------------------------------------------------------------------- collect
 
 
+# Each trial's status as Tune last saw it (``TERMINATED`` for one ASHA stopped or that finished, ``ERROR``), noted by
+# a Tune callback (progress.TrialStatuses): a Result does not say whether its trial was stopped or left running.
+TRIAL_STATUSES: dict[str, str] = {}
+
+
 def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
     """One row per trial from Tune's results and the trial's checkpoints, ranked best first."""
     s = plan.cfg.sweep
-    # Tune's own view tells a trial stopped by ASHA (TERMINATED) from one an interrupted sweep left RUNNING.
-    live = {tid for tid, status in trial_statuses(grid).items() if status not in ("TERMINATED", "ERROR")}
+    # Tune's own view tells a trial stopped by ASHA (TERMINATED) from one an interrupted sweep left RUNNING: a
+    # trial it never saw end is live.
+    ended = {tid for tid, status in TRIAL_STATUSES.items() if status in ("TERMINATED", "ERROR")}
     rows = []
     for result in grid:
         trial_id = Path(result.path).name.removeprefix(TUNE_PREFIX)
@@ -155,7 +160,7 @@ def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
         done = max(int(max((e for e, _ in history), default=0)), seen.epochs)
         if result.error is not None:
             status = "FAILED"
-        elif trial_id in live or not history:
+        elif trial_id not in ended or not history:
             status = "UNFINISHED"
         else:
             status = "FINISHED" if done >= _trial_epochs(plan.cfg, result.config) else "STOPPED"

@@ -28,13 +28,17 @@ class StopWatch:
 
     POLL_S = 0.2
 
-    def __init__(self) -> None:
+    def __init__(self, elastic: bool = False) -> None:
+        self.elastic = elastic  # the trial's Train run reserved its workers with the coordinator: released at once
         self.fired = threading.Event()
         self._done = threading.Event()
 
     def __enter__(self) -> StopWatch:
+        from elastic_train.compat import features
         from elastic_train.compat.ray_tune import allow_reset_wait, trial_stop_event
 
+        if not features.enabled("trial_reuse"):  # Tune ends a stopped trial's process: its Train run with it
+            return self
         event = trial_stop_event()
         if event is not None:
             allow_reset_wait(RESET_WAIT_S)
@@ -60,16 +64,21 @@ class StopWatch:
             kill_via_gcs(own_train_controllers())
         except Exception as e:  # the process then ends as it did before reuse: Tune fails to reset it
             log.warning("could not end a stopped trial's Train run: %s", e)
-        cancel_resource_requests(runs)
+        if self.elastic:
+            cancel_resource_requests(runs)
 
 
 def cancel_resource_requests(run_ids: list[str]) -> None:
     """Cancel what the killed Train runs ``run_ids`` asked the cluster-wide AutoscalingCoordinator for. A killed
     controller never cancels it, and the coordinator keeps a reservation 180 s: an elastic run started meanwhile
-    (a later trial, the next sweep, a job on the same cluster) could not grow into those workers. Best effort."""
+    (a later trial, the next sweep, a job on the same cluster) could not grow into those workers. Best effort;
+    feature ``dead_run_requests``."""
+    from elastic_train.compat import features
     from elastic_train.compat.ray_train import cancel_resource_requests as cancel
     from elastic_train.compat.ray_train import train_run_requester
 
+    if not run_ids or not features.enabled("dead_run_requests"):
+        return
     try:
         cancel([train_run_requester(run_id) for run_id in run_ids])
     except Exception as e:  # the requests expire by themselves

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from elastic_train import config as config_mod
+from elastic_train.compat import features
 from elastic_train.config import JobConfig
 from elastic_train.launch import context, timeline
 from elastic_train.launch.context import RunContext
@@ -126,7 +127,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
 
     from elastic_train.sweep.elastic import TrialFloors
     from elastic_train.sweep.placement_groups import OrphanedPlacementGroupReaper, settle
-    from elastic_train.sweep.progress import TrialProgress
+    from elastic_train.sweep.progress import TrialProgress, TrialStatuses
 
     # The dataset goes into the object store once per sweep; trials and their workers get the reference (a
     # trial that changes a data key builds its own, trial_context). Without it each trial re-put its copy.
@@ -138,10 +139,13 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
         from tracking.relay import start_relay
 
         relay = start_relay(parent.env)
+    reaped = features.enabled("sweep_reaper")  # else Ray Train's own cleaners (placement_groups.py)
     trial = TrialContext(base, plan.sweep_dir, RunResources(data_ref=data_ref, tracking_relay=relay,
-                                                            placement_groups_reaped=True))
-    callbacks = [OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt"),
-                 TrialProgress(plan.sweep_dir, plan.cfg)]
+                                                            placement_groups_reaped=reaped))
+    callbacks: list[Any] = [TrialProgress(plan.sweep_dir, plan.cfg), TrialStatuses()]
+    if reaped:
+        callbacks.insert(0, OrphanedPlacementGroupReaper(expected=plan.cfg.sweep.scheduler == "pbt",
+                                                         release_requests=plan.cfg.scaling.elastic))
     if plan.ctx.tracking is not None:  # each trial's run opened and closed here, not in the trial (runs.py)
         from elastic_train.data.spec import source_of
         from elastic_train.sweep.runs import TrialRuns
@@ -149,7 +153,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
         bundle = plan.ctx.bundle
         dataset = vars(source_of(bundle, plan.cfg.data.name)) if bundle is not None else None
         callbacks.append(TrialRuns(base, plan.sweep_dir, dataset, data_ref.hex() if data_ref is not None else "own"))
-    if plan.cfg.scaling.elastic:  # each live trial's floor; a trial that ends frees its workers at once
+    if elastic_trials(plan.cfg):  # each live trial's floor; a trial that ends frees its workers at once
         callbacks.append(TrialFloors(partial(trial_floor, plan.cfg, plan.ctx.use_gpu)))
     trainable = tune.with_resources(tune.with_parameters(run_trial, trial=trial), {"CPU": plan.cfg.sweep.trial_cpus})
     RunStorage(plan.ctx.storage_path, plan.name).save_config(plan.cfg.model_dump(mode="json"))
@@ -203,7 +207,13 @@ def reuses_trial_processes(cfg: JobConfig) -> bool:
     of their own (relay.py). What a trial leaves in the process is the driver's side only (its Train workers are
     new processes, warm spares); per-run state is set per run, and a test checks that a trial's result does not
     depend on the process that ran one before it."""
-    return cfg.sweep.scheduler in ("none", "asha")
+    return cfg.sweep.scheduler in ("none", "asha") and features.enabled("trial_reuse")
+
+
+def elastic_trials(cfg: JobConfig) -> bool:
+    """Whether elastic trials start at their floor and grow into what stopped trials free (sweep/elastic.py,
+    feature ``elastic_trials``); otherwise each is Ray Train's elastic run as Ray sizes it."""
+    return cfg.scaling.elastic and features.enabled("elastic_trials")
 
 
 def trial_floor(cfg: JobConfig, use_gpu: bool, overrides: dict[str, Any]) -> list[dict[str, float]]:
@@ -261,7 +271,7 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     data_ref = trial.shared.data_ref if ctx.bundle is None else None  # None: the trial built its own data
     start_from = donor[0] if donor else None
     policy = None
-    if ctx.cfg.scaling.elastic:  # starts at its floor, grows into what stopped trials free (elastic.py)
+    if elastic_trials(ctx.cfg):  # starts at its floor, grows into what stopped trials free (elastic.py)
         from elastic_train.sweep.elastic import TrialScalingPolicy
 
         policy = partial(TrialScalingPolicy, trial_id=trial_id)
@@ -273,7 +283,7 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     else:
         from elastic_train.sweep.stops import StopWatch
 
-        with StopWatch() as stop:
+        with StopWatch(elastic=ctx.cfg.scaling.elastic) as stop:
             outcome = fit(ctx, replace(resources, callbacks=(TuneReportCallback(),)))
         if stop.fired.is_set() and outcome.status != "FINISHED":  # stopped by the scheduler, its Train run ended
             return  # (stops.py): Tune hands this process to the next trial; the driver closes the run

@@ -8,7 +8,7 @@ dtype and reduce-scatters gradients in fp32; the sharded parameters and optimize
 Sharded checkpoints are ``torch.distributed.checkpoint`` folders: every rank writes the chunks it owns
 (``__<rank>_<n>.distcp``), rank 0 the ``.metadata`` index. The index records every tensor's global shape and
 each chunk's offsets, so a load on any world size reads exactly the pieces its new shards cover: a run saved on
-2 workers resumes on 1 or 4. Keys are canonical parameter names (no ``_orig_mod`` / wrapper prefixes), the
+2 workers resumes on 1 or 4. Keys are canonical parameter names (no wrapper prefixes: units compile in place), the
 same names ``model.pt`` of a DDP run uses.
 
 Only torch here: no Ray, no MLflow, and nothing from the rest of the package (the FSDP strategy in
@@ -72,15 +72,12 @@ def shard_model(model: nn.Module, cfg: JobConfig | Any, device: torch.device) ->
 
 
 def _compile_in_place(root: nn.Module, unit: nn.Module) -> nn.Module:
-    """Replace ``unit`` in the module tree by ``torch.compile(unit)`` (its state_dict names are unchanged
-    for ``get_state_dict``, which drops the ``_orig_mod`` prefix)."""
-    compiled = torch.compile(unit)
-    for parent in root.modules():
-        for name, child in parent.named_children():
-            if child is unit:
-                parent.register_module(name, compiled)
-                return compiled
-    raise ValueError("shard_units() returned a module that is not part of the model")
+    """Compile ``unit`` in place (``nn.Module.compile``: the module stays in the tree, its state_dict names
+    unchanged, no ``torch.compile`` wrapper to see through). ``root``: the model it must belong to."""
+    if not any(child is unit for child in root.modules()):
+        raise ValueError("shard_units() returned a module that is not part of the model")
+    unit.compile()
+    return unit
 
 
 # ------------------------------------------------------------------------------------- checkpoints
@@ -106,7 +103,7 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     Keys come in the module's own order (as in a DDP run's ``model.pt``), compiled units included.
     """
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    order = [k.replace("_orig_mod.", "") for k in model.state_dict()]
+    order = list(model.state_dict())
     return {k: full[k] for k in order if k in full}
 
 

@@ -11,6 +11,11 @@ whole run (Ray's core worker checks for signals every 10 ms) beside training thr
 every core. The GCS is a process every cluster already has, on the head, and it outlives worker nodes as that
 actor (pinned to the driver's node) did. A sweep's trials no longer share an actor either: each fit has its key.
 
+**Public path.** The GCS's key-value store is reached through an internal client (feature ``gcs_ledger``,
+compat/features.py): with it off, or on a Ray without it, the ledger is the public thing it was before, a named
+actor of the driver's job (:class:`_LedgerActor`, no CPU reserved) holding the same keys; :meth:`RunLedger.create`
+picks, and the workers get whichever it made.
+
 **The training thread never waits on the GCS.** :meth:`RunLedger.put` hands the book to one sender thread per
 process, which sends the newest value per key (an unsent older book is superseded, never queued behind).
 :meth:`RunLedger.flush` waits, bounded, until what was put has been sent: the end of an attempt calls it, so the
@@ -24,7 +29,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from elastic_train.compat.ray_core import kv_delete_prefix, kv_get, kv_put
+from elastic_train.compat import features
 
 NAMESPACE = b"elastic_train_ledger"
 TIMEOUT_S = 10.0
@@ -33,34 +38,85 @@ TIMEOUT_S = 10.0
 @dataclass(frozen=True)
 class RunLedger:
     """One fit's entries (``key``: a fresh uuid per fit). Plain and picklable: the driver makes it, the workers
-    get it in their arguments, and both talk to the GCS of the cluster they are in."""
+    get it in their arguments, and both talk to the GCS of the cluster they are in, or to ``actor`` when the
+    run's ledger is an actor (:meth:`create`)."""
 
     key: str
+    actor: Any | None = None
+
+    @classmethod
+    def create(cls, key: str) -> RunLedger:
+        """The GCS's store with ``gcs_ledger``, else a ledger actor (public API; one process for the run)."""
+        if features.enabled("gcs_ledger"):
+            return cls(key)
+        import ray
+
+        actor = ray.remote(num_cpus=0)(_LedgerActor).options(name=f"elastic-train-ledger-{key}").remote()
+        return cls(key, actor)
 
     def _name(self, what: str) -> bytes:
         return f"{self.key}/{what}".encode()
 
+    def _put(self, key: bytes, value: bytes) -> None:
+        if self.actor is None:
+            from elastic_train.compat.ray_core import kv_put
+
+            kv_put(key, value, NAMESPACE, TIMEOUT_S)
+        else:
+            import ray
+
+            ray.get(self.actor.put.remote(key, value), timeout=TIMEOUT_S)
+
+    def _get(self, key: bytes) -> dict[str, Any] | None:
+        if self.actor is None:
+            from elastic_train.compat.ray_core import kv_get
+
+            return _load(kv_get(key, NAMESPACE, TIMEOUT_S))
+        import ray
+
+        return _load(ray.get(self.actor.get.remote(key), timeout=TIMEOUT_S))
+
     def put(self, book: dict[str, Any]) -> None:
         """The goodput book, sent by this process's sender thread (never blocks the caller on the GCS)."""
-        _sender().post(self._name("book"), pickle.dumps(book))
+        _sender().post(self, self._name("book"), pickle.dumps(book))
 
     def flush(self, timeout_s: float = TIMEOUT_S) -> bool:
         """Wait until everything this process put has been sent (or dropped after a failed send)."""
         return _sender().flush(timeout_s)
 
     def get(self) -> dict[str, Any] | None:
-        return _load(kv_get(self._name("book"), NAMESPACE, TIMEOUT_S))
+        return self._get(self._name("book"))
 
     def put_final(self, metrics: dict[str, Any]) -> None:
         """An evaluation's metrics for the driver: sent at once (the caller ends right after)."""
-        kv_put(self._name("final"), pickle.dumps(metrics), NAMESPACE, TIMEOUT_S)
+        self._put(self._name("final"), pickle.dumps(metrics))
 
     def get_final(self) -> dict[str, Any] | None:
-        return _load(kv_get(self._name("final"), NAMESPACE, TIMEOUT_S))
+        return self._get(self._name("final"))
 
     def drop(self) -> None:
-        """Delete this fit's entries (the driver, once it has read them)."""
-        kv_delete_prefix(f"{self.key}/".encode(), NAMESPACE, TIMEOUT_S)
+        """Delete this fit's entries (the driver, once it has read them), or end its actor."""
+        if self.actor is None:
+            from elastic_train.compat.ray_core import kv_delete_prefix
+
+            kv_delete_prefix(f"{self.key}/".encode(), NAMESPACE, TIMEOUT_S)
+        else:
+            import ray
+
+            ray.kill(self.actor)
+
+
+class _LedgerActor:
+    """The ledger's public path: a dict in an actor of the driver's job, gone with it."""
+
+    def __init__(self) -> None:
+        self.entries: dict[bytes, bytes] = {}
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.entries[key] = value
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.entries.get(key)
 
 
 def _load(raw: bytes | None) -> dict[str, Any] | None:
@@ -72,13 +128,13 @@ class _Sender:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._latest: dict[bytes, bytes] = {}
+        self._latest: dict[bytes, tuple[RunLedger, bytes]] = {}
         self._sending = False
         self._thread: threading.Thread | None = None
 
-    def post(self, key: bytes, value: bytes) -> None:
+    def post(self, ledger: RunLedger, key: bytes, value: bytes) -> None:
         with self._cond:
-            self._latest[key] = value
+            self._latest[key] = (ledger, value)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ledger-sender", daemon=True)
                 self._thread.start()
@@ -93,14 +149,25 @@ class _Sender:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._latest))
                 items, self._latest, self._sending = self._latest, {}, True
-            for key, value in items.items():
+            for key, (ledger, value) in items.items():
                 try:
-                    kv_put(key, value, NAMESPACE, TIMEOUT_S)
-                except Exception:  # the GCS is away or slow: accounting only, the next book supersedes it
-                    pass
+                    ledger._put(key, value)
+                except Exception as e:  # the GCS is away or slow: accounting only, the next book supersedes it
+                    _warn_once(f"the goodput book was not sent ({type(e).__name__}: {e}); the next one supersedes it")
             with self._cond:
                 self._sending = False
                 self._cond.notify_all()
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message.split(" (")[0] not in _WARNED:
+        _WARNED.add(message.split(" (")[0])
+        import logging
+
+        logging.getLogger(__name__).warning(message)
 
 
 _SENDER: _Sender | None = None

@@ -29,6 +29,7 @@ import pyarrow.fs
 import torch
 from torch import nn
 
+from elastic_train.compat import features
 from elastic_train.compat.torch import set_last_lr
 from elastic_train.files import write_text_atomically
 from elastic_train.train.loop import Precision
@@ -234,7 +235,8 @@ class TrainState:
         for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
             group["initial_lr"] = lr
             group["lr"] = lr * factor(step)
-        set_last_lr(self.scheduler, [g["lr"] for g in self.optimizer.param_groups])
+        if features.enabled("pbt_last_lr"):  # else get_last_lr() says the donor's rate until the next step
+            set_last_lr(self.scheduler, [g["lr"] for g in self.optimizer.param_groups])
         self.record = record
         return origin
 

@@ -37,14 +37,10 @@ DCP_DIR = "dcp"  # model and optimizer shards, torch.distributed.checkpoint (sha
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The user's module inside DDP / torch.compile wrappers."""
-    while True:
-        if hasattr(model, "module") and isinstance(model.module, nn.Module):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        else:
-            return model
+    """The user's module inside DDP's wrapper (models compile in place, ``nn.Module.compile``: no wrapper)."""
+    while hasattr(model, "module") and isinstance(model.module, nn.Module):
+        model = model.module
+    return model
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:

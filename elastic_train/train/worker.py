@@ -25,7 +25,7 @@ import ray.train.torch
 import torch
 from ray.train import Checkpoint, CheckpointUploadMode
 
-from elastic_train.compat.ray_train import train_context_logger, train_run_id
+from elastic_train.compat import features
 from elastic_train.config import JobConfig
 from elastic_train.data import build_data
 from elastic_train.train.console import Console
@@ -56,24 +56,32 @@ class WorkerArgs:
     progress_bars: bool = False  # tqdm_ray bars when the driver writes to a terminal, else plain lines
     launched: float | None = None  # unix time the driver was launched: goodput's startup counts from it
     watch_preemption: bool = True  # Ray Train runs its PreemptionWatcher (off on an embedded Ray: launch/trainer.py)
+    # The run's folder in storage, as (pyarrow filesystem, path): where Ray Train puts its checkpoints, passed by the
+    # driver, which chose it (RunConfig's storage_path / name). Ray Train's own view of it (``get_storage()``) is a
+    # DeveloperAPI "that may change without notice between minor versions".
+    run_store: tuple[Any, str] | None = None
 
 
 def train_loop_per_worker(args: dict[str, Any]) -> None:
     entered = time.time()
     normal_priority()
     checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
-    checkpoint, unregistered, attempt = _newest_checkpoint(checkpoint)  # and which attempt of the run are we?
     wargs = WorkerArgs(**args)
+    store = wargs.run_store
+    checkpoint, unregistered, attempt = _newest_checkpoint(checkpoint, store)  # and which attempt of the run are we?
     res = wargs.resources
-    fence = _fence(attempt)
+    fence = _fence(attempt, store)
     adopt = checkpoint is None and res.start_from is not None
     if adopt:  # this run has no checkpoint of its own yet: continue the donor's
         checkpoint = Checkpoint(res.start_from)
     cfg = JobConfig.model_validate(wargs.config)
     if not os.environ.get("ELASTIC_TRAIN_RAY_LOG_LEVEL"):
         _quiet_ray_train_logs()
-    host = _host(wargs, fence, cfg.failure.spare_workers, cfg.failure.spares_after_s)
+    host = _host(wargs, fence, cfg.failure.spare_workers, cfg.failure.spares_after_s, elastic=cfg.scaling.elastic)
     host.fault.note("entered", at=entered, process_start=process_start_unix())
+    if host.rank == 0 and checkpoint is None and (nice := os.getpriority(os.PRIO_PROCESS, 0)) > 0:
+        host.console.line(f"workers run at niceness {nice} (Ray's default is 15) and this process may not lower it: "
+                          "on a machine training fills, start Ray with RAY_worker_niceness=0 (docs/clusters.md)")
     bundle = ray.get(res.data_ref) if res.data_ref is not None else build_data(cfg)
     record = RunRecord(run_name=wargs.run_name, mlflow_run_id=wargs.tracking.run_id if wargs.tracking else None)
     session = Session(cfg, host, bundle, config=wargs.config, record=record, log_floor=res.log_floor)
@@ -98,7 +106,8 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
         host.fault.note("closed")
 
 
-def _newest_checkpoint(registered: Checkpoint | None) -> tuple[Checkpoint | None, str | None, int | None]:
+def _newest_checkpoint(registered: Checkpoint | None,
+                       store: tuple[Any, str] | None) -> tuple[Checkpoint | None, str | None, int | None]:
     """Ray Train's latest registered checkpoint, or a newer one this run's storage holds complete.
 
     Ray Train registers a checkpoint once the controller has polled every rank's report; when a worker group
@@ -111,46 +120,43 @@ def _newest_checkpoint(registered: Checkpoint | None) -> tuple[Checkpoint | None
     import torch.distributed as dist
 
     choice: list[Any] = [None, None]
-    if ray.train.get_context().get_world_rank() == 0:
+    if ray.train.get_context().get_world_rank() == 0 and store is not None:
         try:
-            choice[0] = _newer_on_storage(registered)
-        except Exception:  # a listing that fails leaves Ray Train's choice
+            choice[0] = _newer_on_storage(registered, *store)
+        except Exception as e:  # a listing that fails leaves Ray Train's choice
+            logging.getLogger(__name__).warning("resuming from Ray Train's checkpoint: listing %s failed (%s)",
+                                                store[1], e)
             choice[0] = None
-        choice[1] = _claim_attempt()
+        choice[1] = _claim_attempt(*store)
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.broadcast_object_list(choice, src=0)
     if choice[0] is None:
         return registered, None, choice[1]
-    storage = ray.train.get_context().get_storage()
-    found = Checkpoint(f"{storage.experiment_fs_path}/{choice[0]}", filesystem=storage.storage_filesystem)
-    return found, choice[0], choice[1]
+    fs, root = store
+    return Checkpoint(f"{root}/{choice[0]}", filesystem=fs), choice[0], choice[1]
 
 
-def _claim_attempt() -> int | None:
+def _claim_attempt(fs: Any, root: str) -> int | None:
     """Rank 0: write the run's next attempt marker (train/fence.py). None when storage refuses it: the run goes
     on unfenced (its first checkpoint meets the same storage and fails properly there)."""
-    storage = ray.train.get_context().get_storage()
     try:
-        return AttemptFence.claim(storage.storage_filesystem, storage.experiment_fs_path).attempt
+        return AttemptFence.claim(fs, root).attempt
     except Exception as e:  # see above
         logging.getLogger(__name__).warning("no attempt fence (%s): writes from a cut-off worker are not refused", e)
         return None
 
 
-def _fence(attempt: int | None) -> AttemptFence | None:
+def _fence(attempt: int | None, store: tuple[Any, str] | None) -> AttemptFence | None:
     """Every rank's view of its attempt, watched (per-step writes check its flag)."""
-    if attempt is None:
+    if attempt is None or store is None:
         return None
-    storage = ray.train.get_context().get_storage()
-    return AttemptFence(storage.storage_filesystem, storage.experiment_fs_path, attempt).watch()
+    return AttemptFence(store[0], store[1], attempt).watch()
 
 
-def _newer_on_storage(registered: Checkpoint | None) -> str | None:
+def _newer_on_storage(registered: Checkpoint | None, fs: Any, root: str) -> str | None:
     """The name of the newest complete checkpoint in this run's storage folder newer than ``registered``."""
     import pyarrow.fs
 
-    storage = ray.train.get_context().get_storage()
-    fs, root = storage.storage_filesystem, storage.experiment_fs_path
     listing = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
     names = sorted(i.base_name for i in listing
                    if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_"))
@@ -194,7 +200,7 @@ def complete_on_storage(fs: Any, path: str) -> bool:
 
 
 def _host(args: WorkerArgs, fence: AttemptFence | None = None, spare_workers: int | str = 0,
-          spares_after_s: float = 0.0) -> Host:
+          spares_after_s: float = 0.0, elastic: bool = False) -> Host:
     """This worker's place in the group, its console and tracker, and Ray Train's calls as plain callables;
     the keeper of its node's ``spare_workers`` (train/spares.py), started ``spares_after_s`` into training."""
     ctx = ray.train.get_context()
@@ -218,20 +224,31 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None, spare_workers: in
         rank, world, device, console, tracker,
         goodput=GoodputReporter(ledger, console.line, args.launched),
         fault=fault,
-        report=partial(_report, fence),
+        report=partial(_report, fence, args.run_store),
         preemption_info=ray.train.get_preemption_info if args.watch_preemption else None,
-        ray_train_run_id=_train_run_id(),
+        ray_train_run_id=_train_run_id() if elastic else None,
         attempt=fence.attempt if fence is not None else None,
         keep_spares=spares.start if spares is not None else None,
     )
 
 
 def _train_run_id() -> str | None:
-    """Ray Train's id of this run (one per controller, i.e. per driver): launch/reservations.py uses it."""
-    return train_run_id()
+    """Ray Train's id of this run (one per controller, i.e. per driver), for launch/reservations.py: only elastic
+    runs reserve workers with the coordinator, and only ``dead_run_requests`` releases them (None otherwise)."""
+    if not features.enabled("dead_run_requests"):
+        return None
+    from elastic_train.compat.ray_train import train_run_id
+
+    try:
+        return train_run_id()
+    except Exception as e:
+        logging.getLogger(__name__).warning("no Ray Train run id in this worker (%s): a resumed driver may wait "
+                                            "out this run's resource reservation (180 s)", e)
+        return None
 
 
-def _report(fence: AttemptFence | None, metrics: dict[str, Any], directory: str, name: str) -> None:
+def _report(fence: AttemptFence | None, store: tuple[Any, str] | None, metrics: dict[str, Any], directory: str,
+            name: str) -> None:
     """Report a checkpoint (every rank's part is in ``directory``); training goes on while it uploads. A rank whose
     attempt was superseded (cut off while the run restarted without it) raises instead: nothing is uploaded."""
     if fence is not None:
@@ -241,24 +258,39 @@ def _report(fence: AttemptFence | None, metrics: dict[str, Any], directory: str,
         checkpoint=Checkpoint.from_directory(directory),
         checkpoint_dir_name=name,
         checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
-        checkpoint_upload_fn=_upload,
+        **({"checkpoint_upload_fn": partial(_upload, store)} if store is not None else {}),
     )
 
 
-def _upload(checkpoint: Checkpoint, name: str) -> Checkpoint:
+def _upload(store: tuple[Any, str], checkpoint: Checkpoint, name: str) -> Checkpoint:
     """Ray Train's upload into the run's folder, with ``meta.json`` last (state.upload_checkpoint). The storage
     filesystem retries each request through a short outage (data/filesystems.py); past that the error fails
     this attempt, which restarts from the last checkpoint Ray recorded (every rank's part uploaded)."""
-    storage = ray.train.get_context().get_storage()
-    dest = storage.build_checkpoint_path_from_name(name)
-    upload_checkpoint(checkpoint.path, storage.storage_filesystem, dest)
-    return Checkpoint(dest, filesystem=storage.storage_filesystem)
+    fs, root = store
+    dest = f"{root}/{name}"
+    upload_checkpoint(checkpoint.path, fs, dest)
+    return Checkpoint(dest, filesystem=fs)
+
+
+class _RayInfoOff(logging.Filter):
+    """Drops records below WARNING that Ray's own modules log (``pathname`` under Ray's package)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefix = os.path.dirname(ray.__file__) + os.sep
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not record.pathname.startswith(self.prefix)
 
 
 def _quiet_ray_train_logs() -> None:
-    """Ray Train logs every report at INFO; we print what matters (restarts, resizes, checkpoints) ourselves."""
+    """Ray Train logs every report at INFO; we print what matters (restarts, resizes, checkpoints) ourselves. Its
+    ``ray.train`` logger at WARNING, and Ray's INFO records that reach the root logger's handlers (Ray Train's
+    context logs under a logger named by its file's path, outside ``ray.train``) dropped there."""
     logging.getLogger("ray.train").setLevel(logging.WARNING)
-    logging.getLogger(train_context_logger()).setLevel(logging.WARNING)  # this one is named by file path
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _RayInfoOff) for f in handler.filters):
+            handler.addFilter(_RayInfoOff())
 
 
 def evaluate_loop_per_worker(args: dict[str, Any]) -> None:

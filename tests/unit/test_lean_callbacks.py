@@ -12,6 +12,22 @@ from elastic_train.launch.controller import DatasetsWithoutManager, NoDatasets
 from elastic_train.launch.trainer import _Trainer
 
 
+@pytest.fixture(autouse=True)
+def _lean(monkeypatch):
+    """The feature is off by default (compat/features.py): these tests turn it on."""
+    from elastic_train.compat import features
+
+    monkeypatch.setenv(features.SWITCH_ENV, "lean_callbacks,no_preemption_watcher")
+
+
+def test_the_public_path_keeps_rays_default_callbacks(tmp_path, monkeypatch):
+    from elastic_train.compat import features
+
+    monkeypatch.setenv(features.SWITCH_ENV, "on")
+    kinds = [type(cb) for cb in _callbacks(tmp_path, reaped=True)]
+    assert DatasetsCallback in kinds and PlacementGroupCleanerCallback in kinds
+
+
 def _callbacks(tmp_path, reaped: bool) -> list:
     trainer = _Trainer(lambda: None, scaling_config=ScalingConfig(num_workers=1),
                        run_config=RunConfig(name="lean", storage_path=str(tmp_path)))
@@ -56,7 +72,7 @@ def test_an_embedded_ray_run_starts_neither_cleaner_nor_preemption_watcher_and_a
     from elastic_train.launch.reach import EMBEDDED
     from elastic_train.train.worker import WorkerArgs
 
-    monkeypatch.setattr(trainer_mod, "_EXPORTED", {})
+    monkeypatch.setattr(trainer_mod, "_WRITTEN", {})
     monkeypatch.delenv(PREEMPTION_WATCHER_ENV, raising=False)  # restored after the test
     cfg = load("configs/digits.yaml", [])
     for target, lean in ((EMBEDDED, True), ("local head (ray start)", False)):

@@ -68,17 +68,32 @@ def test_a_warmup_import_that_fails_stops_quietly_and_says_what_it_imported():
     assert warm_imports(("json", "elastic_train.no_such_module", "csv")) == ["json"]
 
 
-def test_every_run_gives_ray_train_the_worker_warmup_and_the_controller_priority(tmp_path):
+def test_every_run_gives_ray_train_the_worker_warmup_and_none_with_the_switch_off(tmp_path, monkeypatch):
     import time
     import types
 
     from elastic_train import config
-    from elastic_train.launch.controller import ControllerPriority
+    from elastic_train.compat import features
     from elastic_train.launch.trainer import build_trainer
     from elastic_train.train.warmup import WorkerWarmup
 
     cfg = config.compose({}, config.parse_overrides([]))
     ctx = types.SimpleNamespace(cfg=cfg, run_name="warm", storage_path=str(tmp_path), use_gpu=False, tracking=None,
                                 fault=None, started=time.time(), embedded_ray=False)
-    kinds = [type(c) for c in build_trainer(ctx).run_config.callbacks]
-    assert ControllerPriority in kinds and WorkerWarmup in kinds
+    monkeypatch.setenv(features.SWITCH_ENV, "on")
+    assert WorkerWarmup in [type(c) for c in build_trainer(ctx).run_config.callbacks]
+    monkeypatch.setenv(features.SWITCH_ENV, "off")
+    assert build_trainer(ctx).run_config.callbacks == []  # Ray Train's public path alone
+
+
+def test_an_embedded_ray_starts_its_workers_at_niceness_0_through_rays_own_setting(monkeypatch):
+    """Ray's public RAY_worker_niceness replaced the controller callback that re-niced itself; a value the user
+    exported wins."""
+    from elastic_train.launch.context import embedded_ray_env
+
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    embedded_ray_env()
+    assert os.environ["RAY_worker_niceness"] == "0"
+    monkeypatch.setenv("RAY_worker_niceness", "5")
+    embedded_ray_env()
+    assert os.environ["RAY_worker_niceness"] == "5"
