@@ -4,6 +4,7 @@
 #
 #   docker build -t elastic-train:cpu .                                                    # CPU torch
 #   docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 -t "$IMAGE" .   # CUDA
+#   docker build --build-arg RAY_VERSION=2.57.1 --build-arg MLFLOW_VERSION=3.10.1 -t "$IMAGE" .     # a cluster's
 #   docker run --rm --shm-size=2g elastic-train:cpu       # trains configs/digits.yaml on an embedded Ray
 #
 # No secrets are built in: the Ray token, MLflow credentials and cloud keys come from the environment
@@ -16,6 +17,10 @@ FROM python:3.11.14-slim-bookworm
 # wheels carry their CUDA runtime; the host needs only the NVIDIA driver and container toolkit).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG TORCH_VERSION=2.13.0
+# A Ray job's Ray must equal its cluster's: empty takes the newest tested set (constraints.txt), a version
+# installs that Ray / MLflow (inside pyproject.toml's range), as `make install RAY_VERSION=...` does.
+ARG RAY_VERSION=""
+ARG MLFLOW_VERSION=""
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -42,12 +47,13 @@ WORKDIR /app
 
 # Dependencies first, from the files that decide them, so a code change does not reinstall torch. Empty
 # stand-ins for README and the packages let the editable install map them; the real code lands next.
-COPY --chown=ray:ray pyproject.toml constraints.txt ./
+COPY --chown=ray:ray pyproject.toml constraints.txt constraints-oldest.txt ./
 COPY --chown=ray:ray scripts/ scripts/
 RUN touch README.md \
  && mkdir elastic_train jobs tracking \
  && touch elastic_train/__init__.py jobs/__init__.py tracking/__init__.py \
- && TORCH_INDEX_URL="$TORCH_INDEX_URL" TORCH_VERSION="$TORCH_VERSION" scripts/install.sh "$VIRTUAL_ENV/bin/python"
+ && TORCH_INDEX_URL="$TORCH_INDEX_URL" TORCH_VERSION="$TORCH_VERSION" RAY_VERSION="$RAY_VERSION" \
+    MLFLOW_VERSION="$MLFLOW_VERSION" scripts/install.sh "$VIRTUAL_ENV/bin/python"
 
 # The code (read-only for the user: it owns only the venv and its home).
 COPY . .

@@ -5,14 +5,24 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 MLFLOW_PORT ?= 5000
+# Match a cluster: `make install RAY_VERSION=2.57.1 MLFLOW_VERSION=3.10.1` (inside pyproject.toml's ranges).
+RAY_VERSION ?=
+MLFLOW_VERSION ?=
+CONSTRAINTS ?= constraints.txt
+# The focused version checks (pytest marker `versions`): the canary, a killed worker ending bitwise, an ASHA sweep,
+# a job submitted to a `ray start --head` head tracking to a real `mlflow server`, the demo.
+VERSIONS_ARGS ?= -m versions
 
-.PHONY: help install demo test test-fast test-long lint bench bench-all mlflow-ui device-pack clean
+.PHONY: help install demo test test-fast test-long test-versions test-oldest test-public lint bench bench-all \
+	mlflow-ui device-pack clean
 
 help:
 	@echo "make demo       train the default config (digits, 2 DDP workers) on an embedded local Ray"
 	@echo "make test       the whole test suite (unit, distributed, cluster, e2e)"
 	@echo "make test-fast  unit tests, in-process only (not slow, no subprocess; < 1 min)"
 	@echo "make test-long  the longer variants left out of make test (two more fault-campaign seeds, the three-fault bitwise run, FSDP 2->1, streamed and token-shard resizes, a data set 4x the object store, an elastic trial growing, more host faults)"
+	@echo "make test-versions RAY_VERSION=2.57.1 MLFLOW_VERSION=3.10.1  the focused version checks in a venv of that pair"
+	@echo "make test-oldest    the same on the oldest tested set (constraints-oldest.txt); make test-public: newest, internals off"
 	@echo "make lint       ruff, import-linter contracts (pyproject.toml), hadolint"
 	@echo "make bench      engine overhead vs plain PyTorch (JSON, ~2 min)"
 	@echo "make bench-all  + recovery (~3 min) and ASHA vs grid sweep cost (~12 min)"
@@ -26,7 +36,16 @@ $(STAMP): pyproject.toml constraints.txt scripts/install.sh
 	scripts/install.sh $(PY) dev
 	touch $(STAMP)
 
+# With RAY_VERSION / MLFLOW_VERSION (a cluster's pair) or CONSTRAINTS, always install: the stamp knows files only.
+ifneq ($(RAY_VERSION)$(MLFLOW_VERSION)$(filter-out constraints.txt,$(CONSTRAINTS)),)
+install:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	RAY_VERSION=$(RAY_VERSION) MLFLOW_VERSION=$(MLFLOW_VERSION) CONSTRAINTS=$(abspath $(CONSTRAINTS)) \
+		scripts/install.sh $(PY) dev
+	touch $(STAMP)
+else
 install: $(STAMP)
+endif
 
 demo: $(STAMP)
 	$(PY) -m jobs.train --config configs/digits.yaml --summary-json results/demo-summary.json
@@ -36,6 +55,23 @@ test: $(STAMP)
 
 test-long: $(STAMP)
 	$(PY) -m pytest -m long --durations=25 $(PYTEST_ARGS)
+
+# A venv of its own per pair (.venv-versions/ray-X-mlflow-Y), so .venv stays the newest set.
+VERSIONS_VENV = .venv-versions/ray-$(or $(RAY_VERSION),pinned)-mlflow-$(or $(MLFLOW_VERSION),pinned)
+test-versions:
+	@test -n "$(RAY_VERSION)$(MLFLOW_VERSION)$(filter-out constraints.txt,$(CONSTRAINTS))" || \
+		{ echo "usage: make test-versions RAY_VERSION=2.57.1 MLFLOW_VERSION=3.10.1 (or CONSTRAINTS=FILE)"; exit 2; }
+	$(MAKE) install VENV=$(VERSIONS_VENV) RAY_VERSION=$(RAY_VERSION) MLFLOW_VERSION=$(MLFLOW_VERSION) \
+		CONSTRAINTS=$(CONSTRAINTS)
+	$(VERSIONS_VENV)/bin/python -m pytest $(VERSIONS_ARGS) --durations=10 $(PYTEST_ARGS)
+
+test-oldest:
+	$(MAKE) test-versions CONSTRAINTS=constraints-oldest.txt RAY_VERSION= MLFLOW_VERSION= \
+		VERSIONS_VENV=.venv-versions/oldest
+
+# The newest set with every upstream internal off (compat.internals=off): the public path passes the same checks.
+test-public: $(STAMP)
+	ELASTIC_TRAIN_INTERNALS=off $(PY) -m pytest $(VERSIONS_ARGS) --durations=10 $(PYTEST_ARGS)
 
 # Unit tests that run in this process and in seconds; the `slow` (torch.compile, timings) and `subprocess`
 # (real `python -m jobs.*`) ones run in `make test`.
@@ -62,4 +98,4 @@ device-pack:
 	scripts/device-pack.sh
 
 clean:
-	rm -rf results mlflow.db mlartifacts .pytest_cache
+	rm -rf results mlflow.db mlartifacts .pytest_cache .venv-versions

@@ -320,9 +320,15 @@ class MlflowTracker:
 
     def _start_system_metrics(self) -> None:
         try:
+            import inspect
+
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-            self._system = SystemMetricsMonitor(self.spec.run_id, tracking_uri=self.spec.uri, resume_logging=True)
+            where: dict[str, Any] = {"tracking_uri": self.spec.uri}
+            if "tracking_uri" not in inspect.signature(SystemMetricsMonitor).parameters:  # MLflow before 3.x's
+                os.environ["MLFLOW_TRACKING_URI"] = self.spec.uri  # monitor logs to the process's URI (ours alone)
+                where = {}
+            self._system = SystemMetricsMonitor(self.spec.run_id, resume_logging=True, **where)
             self._system.start()
         except Exception as e:  # missing psutil/pynvml must not stop training
             log.warning("MLflow system metrics unavailable: %s", _short(e))

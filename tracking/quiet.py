@@ -27,3 +27,19 @@ def quiet_mlflow_logging() -> None:
         logging.getLogger("mlflow").setLevel(level)
     except ValueError:  # not a level name: MLflow's own import will complain about it; leave the logger as it is
         pass
+    if _migrations_configure_logging() and level != "INFO" and level != "DEBUG":
+        # MLflow before 3.7 runs logging.config.fileConfig(alembic.ini) each time it opens a SQL store: Alembic's
+        # INFO lines ("Context impl SQLiteImpl.", every migration) on the console of the driver and of each
+        # process that logs. fileConfig resets loggers and handlers, not Python's global threshold: INFO off.
+        logging.disable(logging.INFO)
+
+
+def _migrations_configure_logging() -> bool:
+    """Whether the installed MLflow's schema migrations reconfigure logging (MLflow 3.5 and 3.6)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(p) for p in version("mlflow").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) < (3, 7)

@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -160,7 +161,11 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
         log.warning("warning: %s", target.warning)
     quiet_ray_driver_logs()  # Ray's known-benign lines off the console (elastic_train.launch.quiet)
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
-    with keep_sigterm_handler():
+    with keep_sigterm_handler(), warnings.catch_warnings():
+        # Ray 2.55's FutureWarning on every ray.init that it will stop setting CUDA_VISIBLE_DEVICES for tasks that
+        # ask for no GPU: nothing for a run to do (its GPU workers ask for theirs), and later Rays print none.
+        warnings.filterwarnings("ignore", message="Tip: In future versions of Ray, Ray will no longer override",
+                                category=FutureWarning)
         if target.embedded:
             embedded_ray_env()
             ray.init(address="local", **kwargs)  # never "auto": it would follow a stale ray_current_cluster again

@@ -62,15 +62,25 @@ def _in_range(value: str, spec: str) -> bool:
     return Version(value) in SpecifierSet(spec)
 
 
+def _ordered(spec: str) -> str:
+    """``<2.61,>=2.55`` as ``>=2.55,<2.61``: the lower bound first."""
+    return ",".join(sorted(spec.split(","), key=lambda s: not s.startswith(">")))
+
+
 def check_installed() -> None:
-    """ConfigError (exit 2) when the installed Ray or MLflow is outside the supported range."""
+    """ConfigError (exit 2) when the installed Ray or MLflow is outside the supported range, or an MLflow before 3.9
+    meets a SQLAlchemy it cannot import (its own requirement allows any sqlalchemy<3)."""
     for package, spec in supported().items():
         found = installed(package)
         if found is not None and not _in_range(found, spec):
             newest = {"ray": "2.60.0", "mlflow": "3.17.2"}[package]
-            raise ConfigError(package, found, f"outside the supported range {package}{spec}; "
+            raise ConfigError(package, found, f"outside the supported range {package}{_ordered(spec)}: "
                               f"`{install_line(**{package: newest})}` installs a supported one "
-                              f"(or any {package} in {spec})")
+                              f"(or any {package}{_ordered(spec)})")
+    mlflow, sqlalchemy = installed("mlflow"), installed("sqlalchemy")
+    if mlflow and sqlalchemy and _in_range(mlflow, "<3.9") and _in_range(sqlalchemy, ">=2.1"):
+        raise ConfigError("sqlalchemy", sqlalchemy, f"MLflow {mlflow} needs SQLAlchemy < 2.1 (it imports a pool 2.1 "
+                          f"removed): `{install_line(mlflow=mlflow)}` pins it, or pip install 'sqlalchemy<2.1'")
 
 
 def versions_line() -> str:
