@@ -65,13 +65,16 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "RAY_DEDUP_LOGS_SKIP_REGEX drops Ray's known-benign lines; multi-line blocks print whole"),
     Feature("lean_callbacks", "no DatasetManager process per worker-group start, no PlacementGroupCleaner where "
             "the driver reaps (~3 s of CPU per sweep trial on 2 cores)", "Ray Train's default callbacks",
-            default=False),
+            since="2.56", default=False),
     Feature("light_controller", "the Train controller does not import torch (1.6 s per run and per trial)",
             "Ray's TorchConfig", since="2.60", default=False),
     Feature("elastic_trials", "an elastic sweep trial starts at its minimum and grows into what stopped trials "
             "free", "each trial is Ray Train's elastic run as Ray sizes it", since="2.58"),
     Feature("dead_run_requests", "a resumed or next elastic run does not wait out a dead run's 180 s resource "
-            "reservation; a lost node is seen at once", "Ray's 180 s expiry and 20 s refresh", since="2.57"),
+            "reservation", "Ray's 180 s expiry", since="2.57"),
+    Feature("fresh_cluster_view", "after a failure an elastic run's next worker group is sized on the nodes alive "
+            "now (a lost host: ~50 s less recovery on separate hosts)", "the coordinator's view of up to 20 s ago",
+            since="2.60"),
     Feature("restart_markers", "the controller's phases of a restart, for bench/recovery.py and bench/chaos.py",
             "no controller-side phases in the benchmarks' JSON"),
     Feature("checkpoint_copies", "checkpoints copied into MLflow from the Train controller as Ray registers them",

@@ -110,7 +110,7 @@ def refresh_reservations(timeout_s: float) -> None:
 
     coordinator = existing_coordinator()
     if coordinator is not None:
-        note_entries("dead_run_requests", "get_reserved_resources", "#AutoscalingCoordinator")
+        note_entries("fresh_cluster_view", "get_reserved_resources", "#AutoscalingCoordinator")
         ray.get(coordinator.get_reserved_resources.remote(requester_id="elastic-train-refresh", recompute=True),
                 timeout=timeout_s)
 

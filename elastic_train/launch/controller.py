@@ -4,7 +4,7 @@ behind its feature of compat/features.py. With every internal off, none of it ru
 (The controller once put itself at niceness 0 here, since Ray starts every worker process at 15; the engine now
 starts an embedded Ray with Ray's public ``RAY_worker_niceness=0``, and cluster/local's scripts start nodes so.)
 
-**A lost node seen at once** (feature ``dead_run_requests``, elastic runs). Ray Train's elastic policy sizes the
+**A lost node seen at once** (feature ``fresh_cluster_view``, elastic runs). Ray Train's elastic policy sizes the
 next worker group from what Ray's cluster-wide ``AutoscalingCoordinator`` reserves for it, and that actor refreshes
 its view of the nodes on a 20 s tick. After a host is lost or cut off, the next group was planned on the stale view
 (the dead node's CPUs still counted), waited out Ray Train's 30 s worker-group start timeout, and only then shrank:
@@ -68,7 +68,7 @@ class RecordTrainRun(ControllerCallback):
 
 class FreshClusterView(ControllerCallback):
     """On a failure: the coordinator's reservations recomputed against the nodes alive now (bounded, best
-    effort: on any error Ray's 20 s tick still applies). Feature ``dead_run_requests``."""
+    effort: on any error Ray's 20 s tick still applies). Feature ``fresh_cluster_view``."""
 
     TIMEOUT_S = 5.0
 

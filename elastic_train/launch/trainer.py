@@ -87,7 +87,10 @@ def engine_callbacks(ctx: RunContext) -> list[Any]:
         ours.append(WorkerWarmup(markers))
     if ctx.cfg.scaling.elastic and features.enabled("dead_run_requests"):  # only elastic runs reserve workers
         features.note_entries("dead_run_requests", "ControllerCallback")
-        ours += [RecordTrainRun(), FreshClusterView()]
+        ours.append(RecordTrainRun())
+    if ctx.cfg.scaling.elastic and features.enabled("fresh_cluster_view"):
+        features.note("fresh_cluster_view")
+        ours.append(FreshClusterView())
     if markers and features.enabled("restart_markers"):
         features.note("restart_markers")
         ours.append(RestartPhases(markers))
