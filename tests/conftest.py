@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Faster failure detection and cheaper report() barriers for every trainer the tests build.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
-os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# The console filter a job exports before it imports Ray (launch/quiet.py): the in-process jobs of this session
+# see Ray's output as a user's job does (Ray reads the variable once, at `import ray`).
+from elastic_train.launch.quiet import export_skip_regex  # noqa: E402  (imports no Ray)
+
+export_skip_regex()
 
 # torch's intra-op pool spins at its barriers: on a 2-core box that other processes (Ray workers, another
 # pytest) also keep busy, two threads made the in-process unit tests ~4x slower than one (make test-fast: 49 s
@@ -80,6 +86,39 @@ def tiny(*extra: str) -> list[str]:
         "tracking.system_metrics=false",
         *extra,
     ]
+
+
+# The count of private names on the default path (issue 50 item 4): the runs that make it up record the registry
+# entries they touch (ELASTIC_TRAIN_COMPAT_TRACE, compat/features.py), one file each, in this session's folder;
+# tests/e2e/test_job_submit.py adds them up.
+DEFAULT_PATH_RUNS = ("digits", "sweep", "job")
+
+
+def compat_trace_dir() -> Path:
+    path = Path(os.environ.get("PYTEST_COMPAT_TRACES", "")) if os.environ.get("PYTEST_COMPAT_TRACES") else None
+    if path is None:
+        import tempfile
+
+        path = Path(tempfile.mkdtemp(prefix="compat-traces-"))
+        os.environ["PYTEST_COMPAT_TRACES"] = str(path)
+    return path
+
+
+@contextmanager
+def traced(name: str) -> Iterator[Path]:
+    """Within: this process (and the runs it starts) record the internals they use in ``<session dir>/<name>``."""
+    from elastic_train.compat.features import TRACE_ENV
+
+    path = compat_trace_dir() / name
+    before = os.environ.get(TRACE_ENV)
+    os.environ[TRACE_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop(TRACE_ENV, None)
+        else:
+            os.environ[TRACE_ENV] = before
 
 
 @pytest.fixture(scope="session")

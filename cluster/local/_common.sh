@@ -3,9 +3,10 @@
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
-# Use the project's venv when there is one: Ray starts job entrypoints (`python -m jobs.train`) and
-# workers with the `python` found on the PATH of `ray start`, so every node must see the same venv.
-if [ -x "$REPO/.venv/bin/ray" ]; then
+# Use the project's venv when there is one and no other is active: Ray starts job entrypoints (`python -m
+# jobs.train`) and workers with the `python` found on the PATH of `ray start`, so every node must see the same
+# venv. An activated venv ($VIRTUAL_ENV: e.g. one made by `make test-versions` for another Ray) wins.
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -x "$REPO/.venv/bin/ray" ]; then
   export PATH="$REPO/.venv/bin:$PATH"
 fi
 command -v ray >/dev/null || { echo "error: no 'ray' on PATH; run 'make install' (or activate your env)" >&2; exit 2; }

@@ -62,7 +62,8 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("auth_probe", "a wrong or missing Ray token exits 2 in seconds", "ray.init's own error, within "
             "failure.connect_timeout_s"),
     Feature("console_blocks", "a dead worker's 25-line traceback and Ray's multi-line pushes become one line",
-            "RAY_DEDUP_LOGS_SKIP_REGEX drops Ray's known-benign lines; multi-line blocks print whole"),
+            "RAY_DEDUP_LOGS_SKIP_REGEX drops Ray's known-benign lines; multi-line blocks print whole",
+            default=False),
     Feature("lean_callbacks", "no DatasetManager process per worker-group start, no PlacementGroupCleaner where "
             "the driver reaps (~3 s of CPU per sweep trial on 2 cores)", "Ray Train's default callbacks",
             since="2.56", default=False),
@@ -127,6 +128,17 @@ def configure(value: str | list[str] | None) -> None:
 def switch_value() -> str:
     """The switch as every process of the run should see it (for a worker's runtime env)."""
     return _requested_value()
+
+
+def process_env() -> dict[str, str]:
+    """What another process of the run needs to see the same switch (and trace file) as this one: Ray's workers
+    inherit the environment of the node they run on, not the driver's (a worker's runtime env, a sweep trial)."""
+    return {SWITCH_ENV: switch_value(), **({TRACE_ENV: os.environ[TRACE_ENV]} if os.environ.get(TRACE_ENV) else {})}
+
+
+def adopt(env: dict[str, str]) -> None:
+    """In another process of the run (a sweep trial): take the driver's :func:`process_env`."""
+    os.environ.update(env)
 
 
 def requested(name: str) -> bool:
@@ -226,13 +238,13 @@ def _minor(version: str) -> tuple[int, int]:
     return major, minor
 
 
-_TRACED: set[str] = set()
+_TRACED: set[tuple[str, str]] = set()
 
 
 def _trace(key: str) -> None:
     path = os.environ.get(TRACE_ENV)
-    if not path or key in _TRACED:
+    if not path or (path, key) in _TRACED:
         return
-    _TRACED.add(key)
+    _TRACED.add((path, key))
     with contextlib.suppress(OSError), open(path, "a") as f:  # the count is a test's, never a run's concern
         f.write(f"{os.getpid()} {key}\n")

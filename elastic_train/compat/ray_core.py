@@ -32,12 +32,13 @@ def gcs_actors(job_id_hex: str, state: str, class_name: str) -> list[dict[str, s
     """``job_id_hex``'s actors of class ``class_name`` in ``state`` (``ALIVE``, ``DEAD``) from the GCS's actor table,
     as ``{"id", "worker", "owner_worker"}`` (hex): the GCS filters by job and state itself, so a scan costs what this
     job holds, however many actors other jobs left in the table."""
+    import ray
     from ray.core.generated import gcs_pb2
 
     feature = "sweep_reaper" if class_name == PG_CLEANER else "trial_reuse"
     note_entries(feature, "_connect_and_get_accessor", "get_actor_table", "ActorTableData", f":{class_name}")
     out = []
-    for raw in _accessor().get_actor_table(bytes.fromhex(job_id_hex), state):
+    for raw in _accessor().get_actor_table(ray.JobID(bytes.fromhex(job_id_hex)), state):
         a = gcs_pb2.ActorTableData.FromString(raw)
         if a.class_name == class_name:
             out.append({"id": a.actor_id.hex(), "worker": a.address.worker_id.hex(),

@@ -74,7 +74,7 @@ from collections.abc import Callable
 from typing import Any
 
 from elastic_train.compat import features
-from elastic_train.compat.ray_core import stdstream_dispatcher, wrap_raylet_message_printer
+from elastic_train.compat.ray_core import PG_CLEANER, stdstream_dispatcher, wrap_raylet_message_printer
 
 BENIGN_RAY_MESSAGES = ("Token authentication is enabled for this Ray cluster",)
 
@@ -253,6 +253,10 @@ _DUMP_LINE = re.compile(
     r"|^  File \".*\", line \d+ in \S+$|^\s*$")
 _CHECK_FAILED = re.compile(r"^\[\S+ : \d+\] RAW: Check .* failed")
 TEARDOWN_HELPERS = frozenset({"PreemptionWatcher"})
+# Ray Train's detached PlacementGroupCleaner prints only about itself: its duty done (a dead controller's group
+# removed), or its monitor thread's failure where the state API cannot serve it (no dashboard, a second Ray on the
+# host, a token it does not have; a sweep's reaper removes what it could not). Its log file keeps all of it.
+SILENT_HELPERS = frozenset({PG_CLEANER})
 
 
 def crash_line(signal: str) -> str:
@@ -292,6 +296,8 @@ class _WithoutBenignLines:
         return out
 
     def __call__(self, data: dict[str, Any]) -> None:
+        if data.get("actor_name") in SILENT_HELPERS:
+            return
         lines = data.get("lines") or []
         kept = [line for line in without_benign_blocks(lines)
                 if not (isinstance(line, str) and BENIGN_FORWARDED_LINES.search(line))]
@@ -362,6 +368,8 @@ LOST_HOST_LINES = re.compile(
     r"|gcs_placement_group_scheduler\.cc:\d+: Failed to remove \d+ bundle"
     r"|^Raylet is terminated\. Termination is unexpected\."
     r"|\[state-dump\]|memory_monitor_utils\.cc:\d+: Got negative used memory"
+    # a raylet's C++ stack trace under its FATAL (the FATAL line itself, which says why, stays)
+    r"|\*\*\* StackTrace Information \*\*\*|^\s*\S+\(\S*\+0x[0-9a-f]+\) \[0x[0-9a-f]+\]"
 )
 
 # A process Ray ends with SIGTERM (a worker group torn down, Ray Train's PreemptionWatcher at every group's end)

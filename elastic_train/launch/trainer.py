@@ -52,7 +52,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
         run_store=run_store(ctx),
     )
     # every process of the run sees the same switch of internals (compat/features.py)
-    env_vars = {**(dict(tracking.env) if tracking else {}), features.SWITCH_ENV: features.switch_value()}
+    env_vars = {**(dict(tracking.env) if tracking else {}), **features.process_env()}
     if cfg.failure.spare_workers != 0 and features.enabled("warm_spares"):  # train/spares.py
         env_vars.update(spare_worker_env(env_vars))
     trainer = _Trainer(
@@ -153,7 +153,7 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
                            "ledger": ledger},
         torch_config=torch_config(),
         scaling_config=_scaling(ctx, cfg.scaling.max_workers),
-        run_config=_run_config(ctx, worker_runtime_env={"env_vars": {features.SWITCH_ENV: features.switch_value()}}),
+        run_config=_run_config(ctx, worker_runtime_env={"env_vars": features.process_env()}),
     )
     trainer.placement_groups_reaped = ctx.embedded_ray
     return trainer

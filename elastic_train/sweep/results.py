@@ -157,7 +157,10 @@ def collect_trials(plan: SweepPlan, grid: Any) -> list[TrialRow]:
         if df is not None and s.metric in df and "epoch" in df:
             history = [(float(e), float(m)) for e, m in zip(df["epoch"], df[s.metric], strict=True) if m == m]
         seen = read_trial(RunStorage(plan.sweep_dir, trial_run_name(trial_id)), s.metric, s.mode)
-        done = max(int(max((e for e, _ in history), default=0)), seen.epochs)
+        reported = int(max((e for e, _ in history), default=0))
+        # A trial Tune ended trained what it reported: a stopped trial's Train run may write a checkpoint after the
+        # stop (its workers end a moment after its controller), which is no epoch of the trial's.
+        done = reported if trial_id in ended and history else max(reported, seen.epochs)
         if result.error is not None:
             status = "FAILED"
         elif trial_id not in ended or not history:

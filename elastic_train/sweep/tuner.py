@@ -19,7 +19,7 @@ import json
 import math
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,7 @@ class TrialContext:
     # What every trial's fit shares: the sweep's dataset (put in the object store once) and its MLflow relay
     # (every trial's rank 0 logs through it)
     shared: RunResources = RunResources()
+    env: dict[str, str] = field(default_factory=features.process_env)  # the driver's switch of internals
 
 
 def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
@@ -238,7 +239,9 @@ def resolved_base(plan: SweepPlan) -> JobConfig:
     s = plan.cfg.sweep
     # A trial keeps its best checkpoint by the sweep's metric: the checkpoint the sweep calls its best.
     fixed: dict[str, Any] = {"checkpoint.storage_path": plan.ctx.storage_path, "checkpoint.score": s.metric,
-                             "checkpoint.score_mode": s.mode}
+                             "checkpoint.score_mode": s.mode,
+                             # the driver's switch of internals (its config or its environment) in every trial
+                             "compat.internals": features.switch_value()}
     if plan.cfg.tracking.enabled:
         fixed["tracking.uri"] = context.tracking_backend(plan.ctx).uri
     if plan.cfg.data.path and "://" not in plan.cfg.data.path:
@@ -254,6 +257,7 @@ def run_trial(overrides: dict[str, Any], trial: TrialContext) -> None:
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    features.adopt(trial.env)  # the driver's switch of internals (and trace), on a cluster started before it
     trial_id = tune.get_context().get_trial_id()
     parent = trial.sweep.tracking
     donor = donor_checkpoint(tune.get_checkpoint(), trial_run_name(trial_id))

@@ -20,10 +20,11 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 OTHER_RAY_ON_THIS_MACHINE = "Found multiple active Ray instances"
 
 
+@pytest.mark.versions  # the demo, as a user runs it: on the oldest versions, and with every internal off
 def test_a_healthy_run_prints_only_our_lines(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RAY_", "MLFLOW_")) and k != "ELASTIC_TRAIN_HOME"}
-    # Its own Ray (never one on this machine), Ray's default log settings (the test session sets RAY_DEDUP_LOGS=0).
+    # Its own Ray (never one on this machine), Ray's default log settings, none of the test session's.
     env.update(RAY_ADDRESS="local", ELASTIC_TRAIN_HOME=str(tmp_path), PYTHONPATH=str(ROOT))
     argv = [sys.executable, "-m", "jobs.train", "--config", "configs/digits.yaml", "train.epochs=1",
             "scaling.num_workers=2", "name=quiet", f"checkpoint.storage_path={tmp_path / 'ckpt'}"]

@@ -71,7 +71,9 @@ def asha(ray_module, session_home, tmp_path_factory):
     started = time.time()
     try:
         # The digits, built by a user function that counts its calls (tests/helpers/user_code.py).
-        with contextlib.redirect_stdout(console):
+        from tests.conftest import traced
+
+        with contextlib.redirect_stdout(console), traced("sweep"):  # a default-path run (test_job_submit.py)
             summary = run_sweep(tmp, "asha", "sweep.search=grid", GRID, "sweep.scheduler=asha",
                                 "sweep.grace_period=1", "sweep.reduction_factor=2",
                                 "tracking.register_model=sweep-test-model",
@@ -105,6 +107,7 @@ def test_a_sweep_prints_no_tune_banner(asha):
         assert banner not in console, console
 
 
+@pytest.mark.versions
 def test_asha_sweep_completes_and_stops_weak_trials_early(asha):
     tmp, summary, _ = asha
     trials = summary["trials"]
@@ -155,6 +158,7 @@ def test_every_trial_ran_the_real_multi_worker_trainer(asha):
     assert [k.data.metrics.get("restarts") for k in kids if k.data.metrics.get("restarts")] == [1.0]
 
 
+@pytest.mark.versions
 def test_mlflow_holds_one_parent_and_a_child_per_trial(asha):
     tmp, summary, _ = asha
     parents = runs_named(summary, "asha")
@@ -253,6 +257,7 @@ def test_summary_best_is_the_best_child_run(asha):
     assert load(local).train.lr == best["config"]["train.lr"]
 
 
+@pytest.mark.versions
 def test_stopped_trials_leave_no_workers_or_placement_groups(asha, ray_module):
     """ray#54305: ASHA-stopped trials' Train placement groups outlive them; the sweep's reaper removes them."""
     from elastic_train.sweep.placement_groups import actor_created_placement_groups, stranded_cleaners
@@ -273,7 +278,12 @@ def test_stopped_trials_leave_no_workers_or_placement_groups(asha, ray_module):
     started = {a.get("ActorClassName") for a in actors().values()
                if begin * 1000 <= (a["StartTime"] or 0) <= end * 1000}
     assert "SynchronizationActor" in started and "TrainController" in started, started
-    assert not started & {"PlacementGroupCleaner", "DatasetManager"}, started
+    from elastic_train.compat import features
+
+    if features.enabled("lean_callbacks"):
+        assert not started & {"PlacementGroupCleaner", "DatasetManager"}, started
+    else:  # Ray Train's own helpers (the public path); the reaper ended every cleaner whose controller is gone
+        assert "PlacementGroupCleaner" in started, started
 
 
 def test_more_concurrent_trials_than_the_cluster_holds_exits_2(ray_session, home, capsys):

@@ -21,9 +21,12 @@ def runs(ray_module, session_home, tmp_path_factory):
     """The uninterrupted 2-worker run the other tests compare against (shared: each run costs ~15 s)."""
     import os
 
+    from tests.conftest import traced
+
     os.environ["ELASTIC_TRAIN_HOME"] = str(session_home)
     tmp = tmp_path_factory.mktemp("ddp")
-    two = run_job(tmp, "two", "scaling.num_workers=2", "checkpoint.every_steps=5")
+    with traced("digits"):  # one of the default-path runs whose private names are counted (test_job_submit.py)
+        two = run_job(tmp, "two", "scaling.num_workers=2", "checkpoint.every_steps=5")
     return tmp, two
 
 
@@ -41,6 +44,7 @@ def assert_wall_adds_up(summary: dict) -> None:
     assert all(v >= 0 for v in phases) and (summary["time_to_first_step_s"] or 0) >= 0, summary
 
 
+@pytest.mark.versions
 def test_two_workers_train_and_aggregate_metrics_over_both(runs):
     tmp, two = runs
     assert_wall_adds_up(two)
@@ -119,6 +123,7 @@ def test_three_faults_of_three_kinds_end_bitwise_equal_and_exactly_once(runs, mo
     assert len(steps) == len(set(steps)) and max(steps) == crashed["steps"]
 
 
+@pytest.mark.versions
 def test_a_killed_worker_restarts_on_warm_spares_and_ends_bitwise_equal(runs, monkeypatch):
     """failure.spare_workers=auto (the default): from failure.spares_after_s into training (0 here) its node
     keeps a warm spare process per worker (train/spares.py). Rank 1 dies once they are warm: both new workers

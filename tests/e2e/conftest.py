@@ -212,6 +212,7 @@ class LocalCluster:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RAY_AUTH", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "MLFLOW_TRACKING_URI"))}
         env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", HOME=str(self.home),
+                   VIRTUAL_ENV=str(VENV_BIN.parent),  # the scripts' venv is this one (make test-versions: another)
                    RAY_USAGE_STATS_ENABLED="0", NUM_GPUS="0")  # CPU torch here, even on a GPU machine
         return env
 

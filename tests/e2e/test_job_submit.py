@@ -47,26 +47,6 @@ def test_start_head_turns_token_auth_on_and_prints_the_submit_line(ray_head):
     assert len(ray_head.token) >= 32
 
 
-def test_submitted_train_job_succeeds_and_is_tracked(ray_head):
-    from mlflow.tracking import MlflowClient
-
-    sid = _sid("train")
-    args, summary_path, uri = _train_args(ray_head.work, sid)
-    out = ray_head.submit(sid, args, env_vars={"ELASTIC_TRAIN_HOME": str(ray_head.work / "home")})
-
-    job = ray_head.job(sid)
-    assert job is not None and job["status"] == "SUCCEEDED", _explain(out)
-    assert out.returncode == 0, _explain(out)
-    summary = json.loads(summary_path.read_text())
-    assert summary["status"] == "FINISHED"
-    assert summary["world_sizes"] == [2]
-    run = MlflowClient(tracking_uri=uri).get_run(summary["mlflow_run_id"])
-    assert run.info.run_name == sid
-    assert run.info.status == "FINISHED"
-    assert "final_val_accuracy" in run.data.metrics
-    assert run.data.params["scaling.num_workers"] == "2"
-
-
 def test_submitted_preflight_reports_the_cluster_and_refuses_what_does_not_fit(ray_head):
     report_path = ray_head.work / "preflight.json"
     sid = _sid("preflight")
@@ -115,21 +95,74 @@ def test_a_driver_with_the_wrong_token_exits_2_with_one_line(ray_head, job):
         assert "InvalidAuthToken" not in text and "Traceback" not in text, text
 
 
-def test_two_worker_run_spreads_over_two_nodes(ray_head, second_node):
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` of the installed MLflow (make test-oldest: the oldest supported)."""
+    from tests.helpers.mlflow_server import MlflowServer
+
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server")).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.versions
+def test_a_submitted_job_spreads_over_two_nodes_and_tracks_to_an_mlflow_server(ray_head, second_node, mlflow_server):
+    """The cluster path end to end: ``ray job submit`` to a ``start-head.sh`` head (of the installed Ray), a second
+    node joined by ``add-worker.sh``, a 2-worker run spread over both, tracked to a real ``mlflow server``. The job
+    records the internals it uses (a default-path run for the count below)."""
+    from mlflow.tracking import MlflowClient
+
+    from elastic_train.compat.features import TRACE_ENV
+    from tests.conftest import compat_trace_dir
+
     nodes = {n["node_id"] for n in ray_head.alive_nodes()}
     assert len(nodes) == 2
     sid = _sid("spread")
     args, summary_path, _ = _train_args(ray_head.work, sid, "scaling.num_workers=2",
                                         "scaling.placement_strategy=STRICT_SPREAD")
-    out = ray_head.submit(sid, args, env_vars={"ELASTIC_TRAIN_HOME": str(ray_head.work / "home")})
+    args = [a if not a.startswith("tracking.uri=") else f"tracking.uri={mlflow_server.uri}" for a in args]
+    out = ray_head.submit(sid, args, env_vars={"ELASTIC_TRAIN_HOME": str(ray_head.work / "home"),
+                                               TRACE_ENV: str(compat_trace_dir() / "job")})
 
     job = ray_head.job(sid)
     assert job is not None and job["status"] == "SUCCEEDED", _explain(out)
-    assert json.loads(summary_path.read_text())["world_sizes"] == [2]
+    assert out.returncode == 0, _explain(out)
+    summary = json.loads(summary_path.read_text())
+    assert summary["status"] == "FINISHED" and summary["world_sizes"] == [2]
     assert "2 node(s)" in out.stdout, _explain(out)  # the preflight saw both nodes
+    assert "versions: Ray " in out.stdout, _explain(out)
     workers = [a for a in ray_head.actors(job["job_id"]) if a["class_name"] == "RayTrainWorker"]
     assert len(workers) == 2, workers
     assert {w["node_id"] for w in workers} == nodes
+    run = MlflowClient(tracking_uri=mlflow_server.uri).get_run(summary["mlflow_run_id"])
+    assert run.info.run_name == sid and run.info.status == "FINISHED"
+    assert "final_val_accuracy" in run.data.metrics
+    assert run.data.params["scaling.num_workers"] == "2"
+
+
+@pytest.mark.versions
+def test_the_default_path_touches_at_most_30_private_names():
+    """A digits run (tests/distributed/test_train.py ``runs``), an ASHA sweep (test_sweep.py ``asha``) and the job
+    submitted above record the registry entries they use; together at most 30 (issue 50 item 4). The count is
+    printed (``-s``, or the report's captured output) with the entries, and every one is in the registry."""
+    from elastic_train.compat.registry import ENTRIES
+    from tests.conftest import DEFAULT_PATH_RUNS, compat_trace_dir
+
+    traces = {name: compat_trace_dir() / name for name in DEFAULT_PATH_RUNS}
+    missing = [name for name, path in traces.items() if not path.exists()]
+    if missing:
+        pytest.skip(f"the default-path runs {missing} did not run in this session (run tests/distributed/"
+                    "test_train.py, test_sweep.py and this file together, as make test does)")
+    used: dict[str, set[str]] = {}
+    for name, path in traces.items():
+        for line in path.read_text().splitlines():
+            used.setdefault(line.split(" ", 1)[1], set()).add(name)
+    keys = {e.key for e in ENTRIES}
+    assert set(used) <= keys, set(used) - keys
+    print(f"\nprivate names on the default path: {len(used)} (of {len(keys)} registered)")
+    for key in sorted(used):
+        print(f"  {key}  [{', '.join(sorted(used[key]))}]")
+    assert len(used) <= 30, sorted(used)
 
 
 # Ray's lines that a healthy or a faulted run must not show on the console (issue 34, items 4, 5 and 13)

@@ -14,6 +14,8 @@ import pytest
 from elastic_train.compat import features
 from elastic_train.compat.registry import ENTRIES, OWN_TRICKS, ROOT, Entry, entries_of, problem
 
+pytestmark = pytest.mark.versions  # the canary runs on every version CI tests (make test-oldest, test-public)
+
 KINDS = {"attr", "call", "override", "member", "env", "literal", "calls", "const", "grpc", "fields", "module",
          "mirror"}
 
