@@ -327,8 +327,8 @@ ENTRIES: tuple[Entry, ...] = (
           "the prompt comes back at once", RAY),
     Entry("tracking/quiet.py::os.environ.setdefault(MLFLOW_LOGGING_LEVEL", "ours", "every MLflow process",
           "process-wide MLflow environment defaults", "healthy runs quiet", MLFLOW),
-    Entry("elastic_train/launch/trainer.py::os.environ[name] = _EXPORTED[name]", "ours",
-          "the driver", "Ray Train's environment knobs from each run's config (an exported value wins), propagated "
+    Entry("elastic_train/launch/trainer.py::os.environ[name] = _WRITTEN[name]", "ours",
+          "the driver", "Ray Train's environment knobs from each run's config (a value the user set wins), propagated "
           "to the controller", "see the env entries", RAY),
     Entry("elastic_train/data/prepare.py::os.environ[\"TOKENIZERS_PARALLELISM\"] = \"false\"", "ours",
           "data/prepare.py", "one tokenizer process per core already", "tokenizers' fork warning", "tokenizers"),

@@ -125,9 +125,9 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
     return trainer
 
 
-# Ray Train's knobs the user exported before the first run of this process: those win over the config.
-_EXPORTED = {name: os.environ[name] for name in (HEALTH_CHECK_ENV, START_TIMEOUT_ENV, PREEMPTION_WATCHER_ENV)
-             if name in os.environ}
+# What _ray_train_env last wrote into each of Ray Train's knobs. A value there that differs (or one found before
+# our first write) is the user's: exported before the process started, or set since (a notebook between two runs).
+_WRITTEN: dict[str, str] = {}
 
 
 def spare_worker_env(env_vars: dict[str, str]) -> dict[str, str]:
@@ -142,8 +142,9 @@ def spare_worker_env(env_vars: dict[str, str]) -> dict[str, str]:
 
 def _ray_train_env(ctx: RunContext) -> None:
     """Ray Train's environment knobs (compat/ray_train.py), set in the driver, which propagates them to the
-    controller; a value the user exported wins. Set from *this* run's config each time, so that a second run in
-    one process (a notebook, a test session, sweep trials) does not inherit the first run's values."""
+    controller; a value the user set wins, the latest one (it is not ours: not what this function last wrote). Set
+    from *this* run's config each time, so that a second run in one process (a notebook, a test session, sweep
+    trials) does not inherit the first run's values."""
     cfg = ctx.cfg
     values: dict[str, Any] = {
         # The controller polls workers at this period; report() waits for the poll, so the default 2 s makes
@@ -158,12 +159,14 @@ def _ray_train_env(ctx: RunContext) -> None:
         PREEMPTION_WATCHER_ENV: "0" if ctx.embedded_ray else None,
     }
     for name, value in values.items():
-        if name in _EXPORTED:
-            os.environ[name] = _EXPORTED[name]
+        current = os.environ.get(name)
+        if current is not None and current != _WRITTEN.get(name):  # the user's: it wins
+            _WRITTEN.pop(name, None)
         elif value is None:
             os.environ.pop(name, None)
+            _WRITTEN.pop(name, None)
         else:
-            os.environ[name] = str(value)
+            os.environ[name] = _WRITTEN[name] = str(value)
 
 
 def _preemption_watched() -> bool:

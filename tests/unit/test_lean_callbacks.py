@@ -56,7 +56,7 @@ def test_an_embedded_ray_run_starts_neither_cleaner_nor_preemption_watcher_and_a
     from elastic_train.launch.reach import EMBEDDED
     from elastic_train.train.worker import WorkerArgs
 
-    monkeypatch.setattr(trainer_mod, "_EXPORTED", {})
+    monkeypatch.setattr(trainer_mod, "_WRITTEN", {})
     monkeypatch.delenv(PREEMPTION_WATCHER_ENV, raising=False)  # restored after the test
     cfg = load("configs/digits.yaml", [])
     for target, lean in ((EMBEDDED, True), ("local head (ray start)", False)):
