@@ -146,17 +146,13 @@ class MlflowTracker:
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush within ``timeout_s``; spool the rest to JSONL. Returns ``{sent, unsent, spool_path}``."""
-        if self._system is not None:
-            try:
-                self._system.finish()
-            except Exception:  # system metrics are best effort
-                pass
         self.flush(timeout_s)
         self._closed.set()
         self._queue.put(_WAKE)  # the sender thread may sit in its 0.2 s queue wait: end it now, not at the timeout
         # A request in flight must end (answered, or timed out) before this process may exit: one the server
         # still processes after our exit (our fence released) would land after a restarted run read its floor.
         self._thread.join(timeout=_request_timeout() + 5)
+        self._stop_system_metrics()  # after the join: the sender thread starts the monitor (_connect), if at all
         leftover = list(self._pending)
         while not self._queue.empty():
             leftover.append(self._queue.get_nowait())
@@ -317,6 +313,22 @@ class MlflowTracker:
                 f.write(json.dumps({"run_id": self.spec.run_id, "kind": kind, **_as_json(kind, item)}) + "\n")
         log.warning("MLflow: %d items could not be sent; written to %s", len(items), path)
         return str(path)
+
+    def _stop_system_metrics(self) -> None:
+        """Stop MLflow's monitor and publish its last window. The monitor samples every
+        ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` (10 s by default) and, stopped between two samples, drops the
+        window it was in: a run shorter than one interval logged no ``system/*`` metric at all, and every run lost
+        its last seconds. One sample now, the window aggregated and logged through the monitor's own methods."""
+        monitor, self._system = self._system, None
+        if monitor is None:
+            return
+        try:
+            monitor.finish()
+            monitor.collect_metrics()
+            monitor.publish_metrics(monitor.aggregate_metrics())
+            monitor.mlflow_logger.flush()
+        except Exception as e:  # system metrics are best effort: said once, training's metrics are unaffected
+            log.warning("MLflow system metrics: the last window was not logged: %s", _short(e))
 
     def _start_system_metrics(self) -> None:
         try:
