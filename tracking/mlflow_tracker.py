@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import threading
 import time
 from collections import deque
@@ -78,6 +79,7 @@ class MlflowTracker:
         self.connected = threading.Event()  # mlflow imported and the client built
         self._lock = threading.Lock()
         self.sent = 0
+        self.sent_artifacts = 0
         self.skipped = 0  # recomputed steps the run held already (skip_logged_steps)
         self.refused = 0  # items of a superseded attempt (spec.attempt older than the run's tag): never sent
         self.superseded_by: int | None = None
@@ -114,6 +116,11 @@ class MlflowTracker:
 
     def log_checkpoint(self, path: str, artifact_path: str) -> None:
         self._queue.put(("artifacts", (str(path), artifact_path)))
+
+    def remove_when_sent(self, path: str) -> None:
+        """Remove the folder ``path`` once everything queued before this call is sent (a snapshot made for
+        :meth:`log_checkpoint`). Never spooled: what is unsent at close keeps its folder for ``replay_spool``."""
+        self._queue.put(("remove", str(path)))
 
     def log_model(self, model: Any, **kwargs: Any) -> Any:
         """Synchronous: the model is the run's main output and callers wait for its URI."""
@@ -157,12 +164,17 @@ class MlflowTracker:
         while not self._queue.empty():
             leftover.append(self._queue.get_nowait())
         leftover = [item for item in leftover if item is not _WAKE]
+        kept = {item[1][0] for item in leftover if item[0] == "artifacts"}  # spooled below: replay needs them
+        for path in {item[1] for item in leftover if item[0] == "remove"} - kept:
+            shutil.rmtree(path, ignore_errors=True)  # its uploads were sent; the removal had not come yet
+        leftover = [item for item in leftover if item[0] != "remove"]
         if self.superseded_by is not None:  # a replaced writer writes nothing: not even a spool to replay later
             self.refused += len(leftover)
             leftover = []
         spool = self._spool(leftover) if leftover else None
         return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool, "skipped": self.skipped,
-                "refused": self.refused, "superseded_by": self.superseded_by}
+                "refused": self.refused, "superseded_by": self.superseded_by, "sent_artifacts": self.sent_artifacts,
+                "unsent_artifacts": sum(1 for kind, _ in leftover if kind == "artifacts")}
 
     # ------------------------------------------------------------------------------ sender thread
     def _connect(self) -> None:
@@ -229,12 +241,18 @@ class MlflowTracker:
                 self._pending.clear()
             return
         head = self._pending[0]
+        if head[0] == "remove":  # everything before it is sent
+            shutil.rmtree(head[1], ignore_errors=True)
+            with self._lock:
+                self._pending.popleft()
+            return
         if head[0] == "artifacts":
             path, artifact_path = head[1]
             self.client.log_artifacts(self.spec.run_id, path, artifact_path=artifact_path)
             with self._lock:
                 self._pending.popleft()
             self.sent += 1
+            self.sent_artifacts += 1
             return
         from mlflow.entities import Metric, Param, RunTag
 

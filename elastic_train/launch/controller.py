@@ -56,17 +56,24 @@ class ControllerPriority(ControllerCallback):
 
 class RecordTrainRun(ControllerCallback):
     """The controller notes itself and its Train run in the GCS, so that a later run can cancel the resource
-    request it leaves if it dies without its own end (launch/reservations.py). Best effort."""
+    request it leaves if it dies without its own end (launch/reservations.py). Best effort: a failure is written
+    to the run's log (``run_folder``, elastic_train/runlog.py)."""
+
+    def __init__(self, run_folder: str | None = None):
+        self.run_folder = run_folder
 
     def after_controller_start(self, train_run_context: Any) -> None:
         import ray
 
+        from elastic_train import runlog
         from elastic_train.launch.reservations import record_train_run
 
+        runlog.attach(self.run_folder)
         try:
             record_train_run(ray.get_runtime_context().get_actor_id(), train_run_context.run_id)
-        except Exception:  # no record: Ray's 180 s expiry applies to this run, as before
-            pass
+        except Exception as e:  # no record: Ray's 180 s expiry applies to this run, as before
+            runlog.dropped("the record of this Train run in the GCS (if its controller dies, a later run waits out "
+                           "Ray's 180 s expiry of its resource request)", e)
 
 
 class FreshClusterView(ControllerCallback):

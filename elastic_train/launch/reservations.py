@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from elastic_train import runlog
+
 TIMEOUT_S = 5.0
 RUNS_NAMESPACE = b"elastic_train_train_runs"
 
@@ -39,7 +41,9 @@ def release_stale_reservation(ray_train_run_id: str | None) -> bool:
     try:
         ray.get(cancel_resource_requests([train_run_requester(ray_train_run_id)]), timeout=TIMEOUT_S)
         return True
-    except Exception:  # best effort: Ray's own 180 s expiry still applies
+    except Exception as e:  # best effort: Ray's own 180 s expiry still applies
+        runlog.dropped(f"cancelling the dead Train run {ray_train_run_id}'s resource request (Ray's 180 s expiry "
+                       "applies: the run may wait for its workers up to that long)", e)
         return False
 
 
@@ -75,5 +79,7 @@ def release_dead_runs_requests(actors: list[Any] | None = None) -> list[str]:
             for actor, run in dead:
                 kv_delete_prefix(f"{actor}/{run}".encode(), RUNS_NAMESPACE, TIMEOUT_S)
         return [run for _, run in dead]
-    except Exception:
+    except Exception as e:  # best effort (a sweep's driver calls this every 2 s: said once per run)
+        runlog.dropped("cancelling dead Train runs' resource requests (Ray's 180 s expiry applies to them)", e,
+                       once="release_dead_runs_requests")
         return []

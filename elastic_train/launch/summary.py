@@ -61,6 +61,8 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         "checkpoint_interval": m.get("checkpoint_interval"),  # checkpoint.every_steps=auto: the last choice
         "tracking_unsent": m.get("tracking_unsent", 0),
         "tracking_spool": m.get("tracking_spool"),
+        # checkpoint copies into the tracking run that were not sent (or not made): each printed a warning
+        "checkpoint_copies_unsent": (outcome.tracking_copies or {}).get("unsent", 0),
     }
     if "val_perplexity" in m:
         summary["final_metrics"]["val_perplexity"] = m["val_perplexity"]
@@ -96,8 +98,15 @@ def epochs_run(global_step: int | None, steps_per_epoch: int | None, epoch: int 
 
 def account(ctx: RunContext, outcome: Outcome, summary: dict[str, Any]) -> None:
     """Fill ``wall_s``, ``goodput`` (the wall in named parts, DESIGN invariant 9), ``startup`` and ``teardown``
-    (phases and seconds) in ``summary``, as of now. Called again at the end of :func:`finish`."""
+    (phases and seconds) in ``summary``, as of now. Called again at the end of :func:`finish`. Without the
+    goodput book (it could not be read: ``outcome.book_error``) the wall cannot be split: ``goodput`` says
+    ``unknown`` and why, and the phases are left out."""
     ended = time.time()
+    if outcome.book_error:
+        summary["wall_s"] = max(0.0, ended - ctx.started)
+        summary["goodput"] = {"wall_s": summary["wall_s"], "unknown": outcome.book_error}
+        summary["startup"], summary["teardown"] = {}, {}
+        return
     parts = wall_parts(ctx.started, ended, outcome.book, outcome.ended)
     run = summary.get("goodput_run") or {}
     book = outcome.book or {}
@@ -247,6 +256,9 @@ def render_summary(summary: dict[str, Any]) -> str:
         rows.append(("MFU", _fmt(summary["mfu"], ".1%")))
     if summary.get("tracking_unsent"):
         rows.append(("unsent metrics", f"{summary['tracking_unsent']} in {summary['tracking_spool']}"))
+    if summary.get("checkpoint_copies_unsent"):
+        rows.append(("unsent checkpoint copies", f"{summary['checkpoint_copies_unsent']} (see the warnings above; "
+                                                 "the checkpoints themselves are in storage)"))
     if summary.get("error"):
         rows.append(("error", summary["error"]))
     width = max(len(k) for k, _ in rows)
@@ -257,6 +269,8 @@ def _goodput_text(g: dict[str, Any]) -> str:
     """``71.2% productive of 52.0 s: startup 12.1, checkpoint 0.4, eval 0.2, ...`` (non-zero parts only)."""
     if not g:
         return "-"
+    if "unknown" in g:
+        return f"unknown ({g['unknown']}; the run's log says why)"
     names = {"startup_s": "startup", "productive_s": "steps", "checkpoint_s": "checkpoint", "eval_s": "eval",
              "restart_lost_s": "restart lost", "teardown_s": "teardown", "other_s": "other"}
     parts = ", ".join(f"{label} {g[k]:.1f}" for k, label in names.items() if g.get(k, 0) >= 0.05)

@@ -54,7 +54,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
     if cfg.failure.spare_workers != 0:  # warm spares for a restart (train/spares.py)
         env_vars.update(spare_worker_env(env_vars))
     markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
-    ours = [ControllerPriority(), WorkerWarmup(markers), RecordTrainRun(),
+    ours = [ControllerPriority(), WorkerWarmup(markers), RecordTrainRun(res.run_folder),
             *([FreshClusterView()] if cfg.scaling.elastic else []),
             *([RestartPhases(markers)] if markers else [])]
     trainer = _Trainer(

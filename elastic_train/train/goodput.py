@@ -209,7 +209,8 @@ class GoodputReporter:
             return
         self.push(force=True)
         if not self.ledger.flush():
-            self.say("goodput ledger: the last book was not sent in time; the run's summary may miss its end")
+            self.say("goodput ledger: the last book was not sent (the GCS did not take it in time); the run's summary "
+                     "may miss its end")
 
     def _fetch(self) -> dict[str, Any] | None:
         """The run's last book; accounting must never stop training, so errors are None."""
