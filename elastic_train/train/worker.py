@@ -25,6 +25,7 @@ import ray.train.torch
 import torch
 from ray.train import Checkpoint, CheckpointUploadMode
 
+from elastic_train import runlog
 from elastic_train.compat.ray_train import train_context_logger, train_run_id
 from elastic_train.config import JobConfig
 from elastic_train.data import build_data
@@ -61,9 +62,10 @@ class WorkerArgs:
 def train_loop_per_worker(args: dict[str, Any]) -> None:
     entered = time.time()
     normal_priority()
+    wargs = WorkerArgs(**args)
+    runlog.attach(wargs.resources.run_folder)  # what this worker lets go, once each, to the run's log on its node
     checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
     checkpoint, unregistered, attempt = _newest_checkpoint(checkpoint)  # and which attempt of the run are we?
-    wargs = WorkerArgs(**args)
     res = wargs.resources
     fence = _fence(attempt)
     adopt = checkpoint is None and res.start_from is not None
@@ -81,7 +83,8 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
         session.data.trace.fence(fence.attempt, fence.may_write)
     if unregistered and host.rank == 0:
         host.console.line(f"{unregistered} is complete on storage but Ray Train had not registered it (a worker "
-                          "group failed before the controller collected every rank's report): resuming from it")
+                          "group failed before the controller collected every rank's report): registered now, "
+                          "resuming from it")
     if checkpoint is None:
         session.start(None)
     else:
@@ -104,26 +107,31 @@ def _newest_checkpoint(registered: Checkpoint | None) -> tuple[Checkpoint | None
     Ray Train registers a checkpoint once the controller has polled every rank's report; when a worker group
     fails, the reports it has not collected yet are dropped (``before_worker_group_shutdown``), although every
     rank's part is already on storage. Resuming from the registered one would recompute a checkpoint interval
-    or more, so rank 0 looks for a newer complete one (:func:`complete_on_storage`) and every rank takes its
-    choice. Rank 0 also claims this worker group's attempt (train/fence.py) and every rank takes it. Returns
-    ``(checkpoint, name of the unregistered one taken or None, attempt or None)``.
+    or more, so rank 0 looks for newer complete ones (:func:`_unregistered_on_storage`, which also deletes what
+    no retention would ever delete), and every rank reports them to Ray Train again, oldest first, as the
+    checkpoints they are (``NO_UPLOAD``: already on storage, with the metrics they were reported with): Ray
+    Train registers them, resumes from the newest, and its retention (``checkpoint.keep`` by
+    ``checkpoint.score``) deletes them in their turn. An unregistered folder outlived ``checkpoint.keep``
+    before (issue 51: 8 checkpoints left with keep=2 after three killed workers). Rank 0 also claims this worker
+    group's attempt (train/fence.py) and every rank takes it. Returns ``(checkpoint, name of the newest
+    unregistered one or None, attempt or None)``.
     """
     import torch.distributed as dist
 
-    choice: list[Any] = [None, None]
+    choice: list[Any] = [[], None]
     if ray.train.get_context().get_world_rank() == 0:
-        try:
-            choice[0] = _newer_on_storage(registered)
-        except Exception:  # a listing that fails leaves Ray Train's choice
-            choice[0] = None
+        choice[0] = _unregistered_on_storage(registered)
         choice[1] = _claim_attempt()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.broadcast_object_list(choice, src=0)
-    if choice[0] is None:
+    if not choice[0]:
         return registered, None, choice[1]
     storage = ray.train.get_context().get_storage()
-    found = Checkpoint(f"{storage.experiment_fs_path}/{choice[0]}", filesystem=storage.storage_filesystem)
-    return found, choice[0], choice[1]
+    for name, metrics in choice[0]:  # every rank: a report is a collective
+        found = Checkpoint(f"{storage.experiment_fs_path}/{name}", filesystem=storage.storage_filesystem)
+        ray.train.report(metrics, checkpoint=found, checkpoint_dir_name=name,
+                         checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
+    return found, choice[0][-1][0], choice[1]
 
 
 def _claim_attempt() -> int | None:
@@ -145,22 +153,64 @@ def _fence(attempt: int | None) -> AttemptFence | None:
     return AttemptFence(storage.storage_filesystem, storage.experiment_fs_path, attempt).watch()
 
 
-def _newer_on_storage(registered: Checkpoint | None) -> str | None:
-    """The name of the newest complete checkpoint in this run's storage folder newer than ``registered``."""
-    import pyarrow.fs
-
+def _unregistered_on_storage(registered: Checkpoint | None) -> list[tuple[str, dict[str, Any]]]:
+    """Rank 0, while no worker group runs (nothing uploads): the complete checkpoints in this run's storage folder
+    newer than Ray Train's latest and not registered, oldest first, each with the metrics it was reported with.
+    Every other folder Ray Train does not hold is deleted: incomplete ones (an upload a failure cut short) and
+    complete ones it will never register (older than its latest). Without Ray Train's list of what it holds
+    (``ray.train.get_all_reported_checkpoints``) nothing is deleted. A storage that cannot be listed or read
+    leaves Ray Train's choice; the run's log says so."""
     storage = ray.train.get_context().get_storage()
     fs, root = storage.storage_filesystem, storage.experiment_fs_path
-    listing = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
-    names = sorted(i.base_name for i in listing
-                   if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_"))
     floor = Path(registered.path).name if registered is not None else ""
-    for name in reversed(names):
-        if name <= floor:  # fixed-width step numbers: names sort by step
-            return None
-        if complete_on_storage(fs, f"{root}/{name}"):
-            return name
-    return None
+    try:
+        held = _held_by_ray_train()
+        newer, garbage = [], []
+        for name in _checkpoint_folders(fs, root):
+            if name == floor or (held is not None and name in held):
+                continue
+            if name > floor and complete_on_storage(fs, f"{root}/{name}"):  # fixed-width steps: names sort by step
+                newer.append((name, _reported_metrics(fs, f"{root}/{name}")))
+            elif held is not None:
+                garbage.append(name)
+    except Exception as e:
+        runlog.dropped("looking for checkpoints Ray Train had not registered: resuming from its latest, and "
+                       "storage may keep checkpoints beyond checkpoint.keep", e)
+        return []
+    for name in garbage:
+        try:
+            fs.delete_dir(f"{root}/{name}")
+        except Exception as e:  # left behind, said once
+            runlog.dropped(f"deleting {name}, a checkpoint Ray Train does not hold (left in storage)", e,
+                           once="delete unregistered")
+    return newer
+
+
+def _held_by_ray_train() -> set[str] | None:
+    """The names of the checkpoints Ray Train holds (registered, not yet deleted by its retention); None where
+    this Ray has no such call."""
+    reported = getattr(ray.train, "get_all_reported_checkpoints", None)
+    if reported is None:
+        return None
+    from ray.train import CheckpointConsistencyMode
+
+    held = reported(consistency_mode=CheckpointConsistencyMode.COMMITTED, timeout_s=30)
+    return {Path(r.checkpoint.path).name for r in held}
+
+
+def _checkpoint_folders(fs: Any, root: str) -> list[str]:
+    import pyarrow.fs
+
+    listing = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
+    return sorted(i.base_name for i in listing
+                  if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_"))
+
+
+def _reported_metrics(fs: Any, path: str) -> dict[str, Any]:
+    import json
+
+    with fs.open_input_stream(f"{path}/meta.json") as f:
+        return dict(json.loads(f.read().decode()).get("metrics") or {})
 
 
 def complete_on_storage(fs: Any, path: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,6 +121,12 @@ def test_three_faults_of_three_kinds_end_bitwise_equal_and_exactly_once(runs, mo
                                                                                     "train_loss")
     steps = [m.step for m in history]
     assert len(steps) == len(set(steps)) and max(steps) == crashed["steps"]
+    # retention held across the three restarts (issue 51 item 1): storage keeps what Ray Train's retention keeps
+    from tests.distributed.test_retention import SNAPSHOT, assert_only_retained
+
+    folders = {p.name for p in (tmp / "faults3").glob("checkpoint_*") if p.is_dir()}
+    assert_only_retained(folders, json.loads((tmp / "faults3" / SNAPSHOT).read_text()), keep=2,
+                         final=Path(crashed["checkpoint"]).name)
 
 
 def test_a_killed_worker_restarts_on_warm_spares_and_ends_bitwise_equal(runs, monkeypatch):
