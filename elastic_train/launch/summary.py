@@ -59,6 +59,7 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         "goodput": {},  # account() fills it: this driver's wall in parts
         "goodput_run": m.get("goodput") or totals,  # the run's book, cumulative over restarts and resumes
         "checkpoint_interval": m.get("checkpoint_interval"),  # checkpoint.every_steps=auto: the last choice
+        "behind_storage": behind_storage(m.get("goodput"), totals),
         "tracking_unsent": m.get("tracking_unsent", 0),
         "tracking_spool": m.get("tracking_spool"),
         # checkpoint copies into the tracking run that were not sent (or not made): each printed a warning
@@ -79,6 +80,20 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         summary["note"] = "already complete; nothing to train"
     account(ctx, outcome, summary)
     return summary
+
+
+def behind_storage(*books: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How far behind durable storage the run was at its worst (train/uploads.py): the most steps and seconds
+    training was ahead of its newest durable checkpoint (what a failure then would have lost), and the mean time
+    from a checkpoint's hand-off until it was durable. From the final checkpoint's book and the ledger's (which
+    also holds the final upload); None when no upload was measured."""
+    known = [b for b in books if b and b.get("uploads")]
+    if not known:
+        return None
+    last = max(known, key=lambda b: b["uploads"])
+    return {"worst_steps": max(int(b.get("behind_max_steps", 0)) for b in known),
+            "worst_s": max(float(b.get("behind_max_s", 0.0)) for b in known),
+            "uploads": int(last["uploads"]), "upload_s_mean": float(last["upload_s"]) / last["uploads"]}
 
 
 def _latest_checkpoint(ctx: RunContext) -> tuple[str, dict[str, Any]] | None:
@@ -246,6 +261,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("startup", _phases_text(summary.get("startup") or {})),
         ("teardown", _phases_text(summary.get("teardown") or {})),
         ("checkpoint", summary["checkpoint"] or "-"),
+        ("behind storage", _behind_text(summary.get("behind_storage"))),
         (
             "tracking run",
             f"{summary['mlflow_run_id']} @ {summary['tracking_uri']}" if summary["mlflow_run_id"] else "off",
@@ -275,6 +291,14 @@ def _goodput_text(g: dict[str, Any]) -> str:
              "restart_lost_s": "restart lost", "teardown_s": "teardown", "other_s": "other"}
     parts = ", ".join(f"{label} {g[k]:.1f}" for k, label in names.items() if g.get(k, 0) >= 0.05)
     return f"{g.get('goodput_ratio', 0):.1%} of {g.get('wall_s', 0):.1f} s wall ({parts} s)"
+
+
+def _behind_text(b: dict[str, Any] | None) -> str:
+    """``at worst 4 steps / 1.3 s ahead of the newest durable checkpoint; 11 uploads, 0.45 s each``."""
+    if not b:
+        return "-"
+    return (f"at worst {b['worst_steps']} steps / {b['worst_s']:.1f} s ahead of the newest durable checkpoint; "
+            f"{b['uploads']} uploads, {b['upload_s_mean']:.2f} s each until durable")
 
 
 def _phases_text(phases: dict[str, float]) -> str:

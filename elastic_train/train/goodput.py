@@ -132,6 +132,14 @@ class GoodputBook:
         self.heartbeat(now, global_step, 0.0, saving, eval_s)
         self.totals.checkpoints += 1
 
+    def uploads_measured(self, upload_s: float, uploads: int, behind_steps: int, behind_s: float) -> None:
+        """Checkpoint uploads that became durable (train/uploads.py), and the worst lag behind storage seen."""
+        t = self.totals
+        t.upload_s += upload_s
+        t.uploads += uploads
+        t.behind_max_steps = max(t.behind_max_steps, behind_steps)
+        t.behind_max_s = max(t.behind_max_s, behind_s)
+
 
 WALL_PARTS = ("startup_s", "productive_s", "checkpoint_s", "eval_s", "restart_lost_s", "teardown_s", "other_s")
 

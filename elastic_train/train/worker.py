@@ -39,6 +39,7 @@ from elastic_train.train.process_info import process_start_unix
 from elastic_train.train.resources import RunResources
 from elastic_train.train.session import Host, Session
 from elastic_train.train.state import RunRecord, upload_checkpoint
+from elastic_train.train.uploads import Uploads
 from elastic_train.train.warmup import SpareKeeper
 from tracking import TrackingSpec, tracker_for
 
@@ -93,6 +94,7 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
                 run_name=wargs.run_name, mlflow_run_id=record.mlflow_run_id) if adopt else None)
     try:
         session.run()
+        session.finish_uploads()  # the final checkpoint durable, measured: the run's book is complete
         host.fault.note("trained")
     finally:
         session.close()
@@ -264,15 +266,17 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None, spare_workers: in
     ledger = res.ledger if rank == 0 else None
     fault = FaultHook.from_env(rank, args.fault)
     spares = SpareKeeper.for_this_worker(spare_workers, spares_after_s, fault.note)
+    uploads = Uploads(console.line)
     return Host(
         rank, world, device, console, tracker,
         goodput=GoodputReporter(ledger, console.line, args.launched),
         fault=fault,
-        report=partial(_report, fence),
+        report=partial(_report, fence, uploads),
         preemption_info=ray.train.get_preemption_info if args.watch_preemption else None,
         ray_train_run_id=_train_run_id(),
         attempt=fence.attempt if fence is not None else None,
         keep_spares=spares.start if spares is not None else None,
+        uploads=uploads,
     )
 
 
@@ -281,27 +285,36 @@ def _train_run_id() -> str | None:
     return train_run_id()
 
 
-def _report(fence: AttemptFence | None, metrics: dict[str, Any], directory: str, name: str) -> None:
-    """Report a checkpoint (every rank's part is in ``directory``); training goes on while it uploads. A rank whose
-    attempt was superseded (cut off while the run restarted without it) raises instead: nothing is uploaded."""
+def _report(fence: AttemptFence | None, uploads: Uploads, metrics: dict[str, Any], directory: str,
+            name: str) -> None:
+    """Report a checkpoint (every rank's part is in ``directory``); training goes on while it uploads, once this
+    rank's previous upload is durable (at most one in flight: train/uploads.py). A rank whose attempt was
+    superseded (cut off while the run restarted without it) raises instead: nothing is uploaded."""
     if fence is not None:
         fence.check(f"checkpoint {name}")
+    uploads.before_report(name, int(metrics.get("global_step") or 0))
     ray.train.report(
         metrics,
         checkpoint=Checkpoint.from_directory(directory),
         checkpoint_dir_name=name,
         checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
-        checkpoint_upload_fn=_upload,
+        checkpoint_upload_fn=partial(_upload, uploads),
     )
 
 
-def _upload(checkpoint: Checkpoint, name: str) -> Checkpoint:
-    """Ray Train's upload into the run's folder, with ``meta.json`` last (state.upload_checkpoint). The storage
-    filesystem retries each request through a short outage (data/filesystems.py); past that the error fails
-    this attempt, which restarts from the last checkpoint Ray recorded (every rank's part uploaded)."""
+def _upload(uploads: Uploads, checkpoint: Checkpoint, name: str) -> Checkpoint:
+    """Ray Train's upload into the run's folder, with ``meta.json`` last (state.upload_checkpoint), on Ray Train's
+    upload thread; ``uploads`` learns when it is durable. The storage filesystem retries each request through a
+    short outage (data/filesystems.py); past that the error fails this attempt, which restarts from the newest
+    complete checkpoint."""
     storage = ray.train.get_context().get_storage()
     dest = storage.build_checkpoint_path_from_name(name)
-    upload_checkpoint(checkpoint.path, storage.storage_filesystem, dest)
+    try:
+        upload_checkpoint(checkpoint.path, storage.storage_filesystem, dest)
+    except BaseException:
+        uploads.finished(name, ok=False)
+        raise
+    uploads.finished(name, ok=True)
     return Checkpoint(dest, filesystem=storage.storage_filesystem)
 
 
