@@ -242,12 +242,15 @@ def wait_until(ready, what: str, timeout_s: float, log: Path | None = None) -> N
 # ---------------------------------------------------------------------------------------- checks
 
 
-def check_can_build(bridge: str, hosts: int) -> None:
+def check_can_build(bridge: str, hosts: int, state: str | None = None) -> None:
     """Refuse, with one line, what cannot work: before anything is made."""
     if hosts < 1 or hosts > MAX_HOSTS:
         raise SimError(f"hosts={hosts}: need 1 to {MAX_HOSTS} (host 0 is the head)")
     if len(bridge) > 9 or not bridge.replace("-", "").isalnum():
         raise SimError(f"bridge={bridge!r}: 1-9 letters, digits or '-' (interface names are short)")
+    why = invisible_in_hosts(state=state)
+    if why is not None:
+        raise SimError(why)
     if os.geteuid() != 0:
         raise SimError("cluster.sim needs root: network namespaces, veth pairs and a bridge (run it with sudo)")
     if shutil.which("ip") is None:
@@ -255,6 +258,21 @@ def check_can_build(bridge: str, hosts: int) -> None:
     if run(["ip", "link", "show", bridge], check=False).returncode == 0:
         raise SimError(f"bridge={bridge!r} is in use: `python -m cluster.sim down --bridge {bridge}`, "
                        "or pick another --bridge")
+
+
+def invisible_in_hosts(root: Path = ROOT, venv_bin: Path = VENV_BIN, state: str | None = None) -> str | None:
+    """Why the hosts could not see the checkout, its venv or the state folder, or None. Each host binds a folder
+    of its own onto ``/tmp``, so anything under the laptop's ``/tmp`` is hidden inside every host (a fresh clone in
+    ``/tmp/x``: start-head.sh exited 127, "No such file or directory"). Checked before anything is made (``up``,
+    the hosts tests' fixture)."""
+    tmp = Path("/tmp").resolve()
+    venv = venv_bin.parent if venv_bin.name == "bin" else venv_bin
+    for what, path in (("checkout", root), ("venv", venv), ("state folder", Path(state) if state else None)):
+        if path is not None and path.resolve().is_relative_to(tmp):
+            return (f"the {what} {path} is under /tmp, which every simulated host replaces with a /tmp of its own: "
+                    f"the hosts cannot see it. Put it outside /tmp (clone into your home or /var/tmp, make the venv "
+                    f"there{', pass --state elsewhere' if what == 'state folder' else ''}) and run it from there")
+    return None
 
 
 def namespaces_supported() -> str | None:
@@ -285,8 +303,8 @@ def up(hosts: int, bridge: str = DEFAULT_BRIDGE, subnet: str = DEFAULT_SUBNET, s
        say=print) -> Sim:
     """Make ``hosts`` hosts, start Ray on them with the user's scripts, S3 and MLflow beside; on any failure,
     take down what was made and raise."""
-    check_can_build(bridge, hosts)
     state = state or default_state(bridge)
+    check_can_build(bridge, hosts, state)
     shutil.rmtree(state, ignore_errors=True)
     sim = Sim(bridge, subnet, str(state), worker_cpus=worker_cpus, head_cpus=head_cpus)
     sim.save()

@@ -88,10 +88,11 @@ class MlflowBackend:
             [parent.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent.run_id}'", max_results=5000)
         return [ChildRun(r.data.tags.get(RUN_NAME_TAG, ""), r.info.run_id, r.info.status) for r in runs]
 
-    def checkpoint_callback(self, spec: TrackingSpec, policy: list[str], score: str, mode: str) -> Any | None:
+    def checkpoint_callback(self, spec: TrackingSpec, policy: list[str], score: str, mode: str,
+                            tally: Any = None) -> Any | None:
         from tracking.checkpoints import MlflowCheckpointCallback
 
-        return MlflowCheckpointCallback(spec, policy, score, mode)
+        return MlflowCheckpointCallback(spec, policy, score, mode, tally)
 
     def environment_params(self) -> dict[str, str]:
         import mlflow

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import threading
 import time
 from collections import deque
@@ -78,6 +79,7 @@ class MlflowTracker:
         self.connected = threading.Event()  # mlflow imported and the client built
         self._lock = threading.Lock()
         self.sent = 0
+        self.sent_artifacts = 0
         self.skipped = 0  # recomputed steps the run held already (skip_logged_steps)
         self.refused = 0  # items of a superseded attempt (spec.attempt older than the run's tag): never sent
         self.superseded_by: int | None = None
@@ -115,6 +117,11 @@ class MlflowTracker:
     def log_checkpoint(self, path: str, artifact_path: str) -> None:
         self._queue.put(("artifacts", (str(path), artifact_path)))
 
+    def remove_when_sent(self, path: str) -> None:
+        """Remove the folder ``path`` once everything queued before this call is sent (a snapshot made for
+        :meth:`log_checkpoint`). Never spooled: what is unsent at close keeps its folder for ``replay_spool``."""
+        self._queue.put(("remove", str(path)))
+
     def log_model(self, model: Any, **kwargs: Any) -> Any:
         """Synchronous: the model is the run's main output and callers wait for its URI."""
         import mlflow.pytorch
@@ -146,27 +153,28 @@ class MlflowTracker:
 
     def close(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Flush within ``timeout_s``; spool the rest to JSONL. Returns ``{sent, unsent, spool_path}``."""
-        if self._system is not None:
-            try:
-                self._system.finish()
-            except Exception:  # system metrics are best effort
-                pass
         self.flush(timeout_s)
         self._closed.set()
         self._queue.put(_WAKE)  # the sender thread may sit in its 0.2 s queue wait: end it now, not at the timeout
         # A request in flight must end (answered, or timed out) before this process may exit: one the server
         # still processes after our exit (our fence released) would land after a restarted run read its floor.
         self._thread.join(timeout=_request_timeout() + 5)
+        self._stop_system_metrics()  # after the join: the sender thread starts the monitor (_connect), if at all
         leftover = list(self._pending)
         while not self._queue.empty():
             leftover.append(self._queue.get_nowait())
         leftover = [item for item in leftover if item is not _WAKE]
+        kept = {item[1][0] for item in leftover if item[0] == "artifacts"}  # spooled below: replay needs them
+        for path in {item[1] for item in leftover if item[0] == "remove"} - kept:
+            shutil.rmtree(path, ignore_errors=True)  # its uploads were sent; the removal had not come yet
+        leftover = [item for item in leftover if item[0] != "remove"]
         if self.superseded_by is not None:  # a replaced writer writes nothing: not even a spool to replay later
             self.refused += len(leftover)
             leftover = []
         spool = self._spool(leftover) if leftover else None
         return {"sent": self.sent, "unsent": len(leftover), "spool_path": spool, "skipped": self.skipped,
-                "refused": self.refused, "superseded_by": self.superseded_by}
+                "refused": self.refused, "superseded_by": self.superseded_by, "sent_artifacts": self.sent_artifacts,
+                "unsent_artifacts": sum(1 for kind, _ in leftover if kind == "artifacts")}
 
     # ------------------------------------------------------------------------------ sender thread
     def _connect(self) -> None:
@@ -233,12 +241,18 @@ class MlflowTracker:
                 self._pending.clear()
             return
         head = self._pending[0]
+        if head[0] == "remove":  # everything before it is sent
+            shutil.rmtree(head[1], ignore_errors=True)
+            with self._lock:
+                self._pending.popleft()
+            return
         if head[0] == "artifacts":
             path, artifact_path = head[1]
             self.client.log_artifacts(self.spec.run_id, path, artifact_path=artifact_path)
             with self._lock:
                 self._pending.popleft()
             self.sent += 1
+            self.sent_artifacts += 1
             return
         from mlflow.entities import Metric, Param, RunTag
 
@@ -317,6 +331,22 @@ class MlflowTracker:
                 f.write(json.dumps({"run_id": self.spec.run_id, "kind": kind, **_as_json(kind, item)}) + "\n")
         log.warning("MLflow: %d items could not be sent; written to %s", len(items), path)
         return str(path)
+
+    def _stop_system_metrics(self) -> None:
+        """Stop MLflow's monitor and publish its last window. The monitor samples every
+        ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` (10 s by default) and, stopped between two samples, drops the
+        window it was in: a run shorter than one interval logged no ``system/*`` metric at all, and every run lost
+        its last seconds. One sample now, the window aggregated and logged through the monitor's own methods."""
+        monitor, self._system = self._system, None
+        if monitor is None:
+            return
+        try:
+            monitor.finish()
+            monitor.collect_metrics()
+            monitor.publish_metrics(monitor.aggregate_metrics())
+            monitor.mlflow_logger.flush()
+        except Exception as e:  # system metrics are best effort: said once, training's metrics are unaffected
+            log.warning("MLflow system metrics: the last window was not logged: %s", _short(e))
 
     def _start_system_metrics(self) -> None:
         try:

@@ -310,10 +310,16 @@ def open_run(ctx: RunContext, backend: TrackingBackend, *, kind: str, parent_run
     return spec
 
 
-def _spool_path(ctx: RunContext) -> Path:
+def local_run_folder(ctx: RunContext) -> Path:
+    """The run's folder on this node: its storage folder when that is a path, else ``<home>/results/<run>``
+    (object storage). The tracking spool and the run's log (elastic_train/runlog.py) live there."""
     if "://" in ctx.storage_path:
-        return ctx.home / "results" / ctx.run_name / "mlflow_unsent.jsonl"
-    return Path(ctx.storage_path) / ctx.run_name / "mlflow_unsent.jsonl"
+        return ctx.home / "results" / ctx.run_name
+    return Path(ctx.storage_path) / ctx.run_name
+
+
+def _spool_path(ctx: RunContext) -> Path:
+    return local_run_folder(ctx) / "mlflow_unsent.jsonl"
 
 
 def prepare(config_path: str | None, overrides: list[str], resume: str | None = None,

@@ -51,19 +51,24 @@ log = logging.getLogger(__name__)
 
 class RecordTrainRun(ControllerCallback):
     """The controller notes itself and its Train run in the GCS, so that a later run can cancel the resource
-    request it leaves if it dies without its own end (launch/reservations.py; feature ``dead_run_requests``).
-    Best effort: without the record, Ray's 180 s expiry applies to this run's request."""
+    request it leaves if it dies without its own end (launch/reservations.py). Best effort: a failure is written
+    to the run's log (``run_folder``, elastic_train/runlog.py)."""
+
+    def __init__(self, run_folder: str | None = None):
+        self.run_folder = run_folder
 
     def after_controller_start(self, train_run_context: Any) -> None:
         import ray
 
+        from elastic_train import runlog
         from elastic_train.launch.reservations import record_train_run
 
+        runlog.attach(self.run_folder)
         try:
             record_train_run(ray.get_runtime_context().get_actor_id(), train_run_context.run_id)
-        except Exception as e:
-            log.warning("Train run %s not recorded (%s): if this controller dies, its resource request waits out "
-                        "Ray's 180 s expiry", train_run_context.run_id, e)
+        except Exception as e:  # no record: Ray's 180 s expiry applies to this run, as before
+            runlog.dropped("the record of this Train run in the GCS (if its controller dies, a later run waits out "
+                           "Ray's 180 s expiry of its resource request)", e)
 
 
 class FreshClusterView(ControllerCallback):

@@ -10,10 +10,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from elastic_train.compat import features
+from elastic_train import runlog
 from elastic_train.data import DataBundle, TensorSet
 from elastic_train.data.spec import StreamSplit
 from elastic_train.launch import timeline
-from elastic_train.launch.context import RunContext
+from elastic_train.launch.context import RunContext, local_run_folder
 from elastic_train.train.ledger import RunLedger
 from elastic_train.train.resources import RunResources
 from tracking import backend_for
@@ -29,6 +30,8 @@ class Outcome:
     status: str  # FINISHED | FAILED | KILLED
     already_complete: dict[str, Any] | None = None  # {"checkpoint", "meta"}: nothing was left to train
     ended: float | None = None  # unix time training returned (teardown follows)
+    book_error: str | None = None  # the ledger could not be read: the summary's goodput is "unknown" (why)
+    tracking_copies: dict[str, Any] | None = None  # checkpoint copies into the tracking run: {"sent", "unsent"}
 
 
 def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
@@ -40,6 +43,8 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
     from elastic_train.launch.reservations import release_dead_runs_requests, release_stale_reservation
     from elastic_train.launch.trainer import build_trainer
 
+    folder = str(local_run_folder(ctx))
+    runlog.attach(folder)  # what this run lets go, once each (elastic_train/runlog.py)
     latest = ctx.storage.latest_checkpoint()
     if latest and _budget_spent(ctx, latest[1].get("progress", {})):
         timeline.mark("checkpoint check")
@@ -55,20 +60,37 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
             release_stale_reservation(latest[1].get("ray_train_run_id"))
         release_dead_runs_requests()  # and any other dead controller's (a driver killed before its first checkpoint)
     ledger = RunLedger.create(uuid.uuid4().hex)  # a fresh key: no earlier life's book is ours
-    res = replace(res, ledger=ledger, log_floor=log_floor, callbacks=(*res.callbacks, *_tracking_callbacks(ctx)),
+    res = replace(res, ledger=ledger, log_floor=log_floor, run_folder=folder,
+                  callbacks=(*res.callbacks, *_tracking_callbacks(ctx, ledger)),
                   data_ref=res.data_ref if res.data_ref is not None else share_data(ctx.bundle))
     trainer = build_trainer(ctx, res)
     timeline.mark("trainer start")
     result, error, status = _run(trainer)
     ended = time.time()
     timeline.mark("fit")
-    book = None
+    book, book_error, copies = read_ledger(ledger)
+    return Outcome(result, error, book, status, ended=ended, book_error=book_error, tracking_copies=copies)
+
+
+def read_ledger(ledger: RunLedger) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
+    """The fit's goodput book, why it could not be read (the summary then says its goodput is unknown: the wall
+    cannot be split without it), and the checkpoint copies' tally; then the fit's entries are deleted. What is lost
+    is written to the run's log, once."""
+    book = book_error = copies = None
     try:
         book = ledger.get()
+    except Exception as e:
+        book_error = f"the goodput book could not be read ({type(e).__name__})"
+        runlog.dropped("the goodput book: the summary's goodput is unknown", e)
+    try:
+        copies = ledger.get_tracking_copies()
+    except Exception as e:
+        runlog.dropped("the tally of checkpoint copies into the tracking run", e)
+    try:
         ledger.drop()
-    except Exception:  # the ledger is accounting only
-        pass
-    return Outcome(result, error, book, status, ended=ended)
+    except Exception as e:
+        runlog.dropped(f"deleting this fit's ledger entries ({ledger.key}/ in the GCS key-value store)", e)
+    return book, book_error, copies
 
 
 def _budget_spent(ctx: RunContext, progress: dict[str, Any]) -> bool:
@@ -86,13 +108,15 @@ def _budget_spent(ctx: RunContext, progress: dict[str, Any]) -> bool:
                                                                    "samples_seen")}))
 
 
-def _tracking_callbacks(ctx: RunContext) -> list[Any]:
-    """The backend's checkpoint-copying callback, when the run is tracked and asks for checkpoints."""
+def _tracking_callbacks(ctx: RunContext, ledger: RunLedger) -> list[Any]:
+    """The backend's checkpoint-copying callback, when the run is tracked and asks for checkpoints; it leaves its
+    tally (copies sent and not) in the fit's ledger for the summary."""
     spec, t, c = ctx.tracking, ctx.cfg.tracking, ctx.cfg.checkpoint
     if spec is None or t.log_checkpoints == ["none"] or not features.enabled("checkpoint_copies"):
         return []
     features.note("checkpoint_copies")
-    callback = backend_for(spec, ctx.home).checkpoint_callback(spec, t.log_checkpoints, c.score, c.score_mode)
+    callback = backend_for(spec, ctx.home).checkpoint_callback(spec, t.log_checkpoints, c.score, c.score_mode,
+                                                               tally=ledger.put_tracking_copies)
     return [callback] if callback is not None else []
 
 

@@ -21,6 +21,8 @@ safe.
 
 from __future__ import annotations
 
+from elastic_train import runlog
+
 TIMEOUT_S = 5.0
 RUNS_NAMESPACE = b"elastic_train_train_runs"
 
@@ -38,8 +40,8 @@ def release_stale_reservation(ray_train_run_id: str | None) -> bool:
         ray.get(cancel_resource_requests([train_run_requester(ray_train_run_id)]), timeout=TIMEOUT_S)
         return True
     except Exception as e:  # best effort: Ray's own 180 s expiry still applies
-        _warn_once(f"the resumed run's earlier resource request not released ({type(e).__name__}: {e}): it may wait "
-                   "out Ray's 180 s expiry")
+        runlog.dropped(f"cancelling the dead Train run {ray_train_run_id}'s resource request (Ray's 180 s expiry "
+                       "applies: the run may wait for its workers up to that long)", e)
         return False
 
 
@@ -70,19 +72,7 @@ def release_dead_runs_requests() -> list[str]:
             for actor, run in dead:
                 kv_delete_prefix(f"{actor}/{run}".encode(), RUNS_NAMESPACE, TIMEOUT_S)
         return [run for _, run in dead]
-    except Exception as e:
-        _warn_once(f"dead Train runs' resource requests not released ({type(e).__name__}: {e}): Ray's 180 s expiry "
-                   "applies to them")
+    except Exception as e:  # best effort (a sweep's driver calls this every 2 s: said once per run)
+        runlog.dropped("cancelling dead Train runs' resource requests (Ray's 180 s expiry applies to them)", e,
+                       once="release_dead_runs_requests")
         return []
-
-
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    key = message.split(" (")[0]
-    if key not in _WARNED:
-        _WARNED.add(key)
-        import logging
-
-        logging.getLogger(__name__).warning(message)

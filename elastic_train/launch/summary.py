@@ -59,8 +59,11 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         "goodput": {},  # account() fills it: this driver's wall in parts
         "goodput_run": m.get("goodput") or totals,  # the run's book, cumulative over restarts and resumes
         "checkpoint_interval": m.get("checkpoint_interval"),  # checkpoint.every_steps=auto: the last choice
+        "behind_storage": behind_storage(m.get("goodput"), totals),
         "tracking_unsent": m.get("tracking_unsent", 0),
         "tracking_spool": m.get("tracking_spool"),
+        # checkpoint copies into the tracking run that were not sent (or not made): each printed a warning
+        "checkpoint_copies_unsent": (outcome.tracking_copies or {}).get("unsent", 0),
     }
     if "val_perplexity" in m:
         summary["final_metrics"]["val_perplexity"] = m["val_perplexity"]
@@ -77,6 +80,20 @@ def summarize(ctx: RunContext, outcome: Outcome) -> dict[str, Any]:
         summary["note"] = "already complete; nothing to train"
     account(ctx, outcome, summary)
     return summary
+
+
+def behind_storage(*books: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How far behind durable storage the run was at its worst (train/uploads.py): the most steps and seconds
+    training was ahead of its newest durable checkpoint (what a failure then would have lost), and the mean time
+    from a checkpoint's hand-off until it was durable. From the final checkpoint's book and the ledger's (which
+    also holds the final upload); None when no upload was measured."""
+    known = [b for b in books if b and b.get("uploads")]
+    if not known:
+        return None
+    last = max(known, key=lambda b: b["uploads"])
+    return {"worst_steps": max(int(b.get("behind_max_steps", 0)) for b in known),
+            "worst_s": max(float(b.get("behind_max_s", 0.0)) for b in known),
+            "uploads": int(last["uploads"]), "upload_s_mean": float(last["upload_s"]) / last["uploads"]}
 
 
 def _latest_checkpoint(ctx: RunContext) -> tuple[str, dict[str, Any]] | None:
@@ -96,8 +113,15 @@ def epochs_run(global_step: int | None, steps_per_epoch: int | None, epoch: int 
 
 def account(ctx: RunContext, outcome: Outcome, summary: dict[str, Any]) -> None:
     """Fill ``wall_s``, ``goodput`` (the wall in named parts, DESIGN invariant 9), ``startup`` and ``teardown``
-    (phases and seconds) in ``summary``, as of now. Called again at the end of :func:`finish`."""
+    (phases and seconds) in ``summary``, as of now. Called again at the end of :func:`finish`. Without the
+    goodput book (it could not be read: ``outcome.book_error``) the wall cannot be split: ``goodput`` says
+    ``unknown`` and why, and the phases are left out."""
     ended = time.time()
+    if outcome.book_error:
+        summary["wall_s"] = max(0.0, ended - ctx.started)
+        summary["goodput"] = {"wall_s": summary["wall_s"], "unknown": outcome.book_error}
+        summary["startup"], summary["teardown"] = {}, {}
+        return
     parts = wall_parts(ctx.started, ended, outcome.book, outcome.ended)
     run = summary.get("goodput_run") or {}
     book = outcome.book or {}
@@ -237,6 +261,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("startup", _phases_text(summary.get("startup") or {})),
         ("teardown", _phases_text(summary.get("teardown") or {})),
         ("checkpoint", summary["checkpoint"] or "-"),
+        ("behind storage", _behind_text(summary.get("behind_storage"))),
         (
             "tracking run",
             f"{summary['mlflow_run_id']} @ {summary['tracking_uri']}" if summary["mlflow_run_id"] else "off",
@@ -247,6 +272,9 @@ def render_summary(summary: dict[str, Any]) -> str:
         rows.append(("MFU", _fmt(summary["mfu"], ".1%")))
     if summary.get("tracking_unsent"):
         rows.append(("unsent metrics", f"{summary['tracking_unsent']} in {summary['tracking_spool']}"))
+    if summary.get("checkpoint_copies_unsent"):
+        rows.append(("unsent checkpoint copies", f"{summary['checkpoint_copies_unsent']} (see the warnings above; "
+                                                 "the checkpoints themselves are in storage)"))
     if summary.get("error"):
         rows.append(("error", summary["error"]))
     width = max(len(k) for k, _ in rows)
@@ -257,10 +285,20 @@ def _goodput_text(g: dict[str, Any]) -> str:
     """``71.2% productive of 52.0 s: startup 12.1, checkpoint 0.4, eval 0.2, ...`` (non-zero parts only)."""
     if not g:
         return "-"
+    if "unknown" in g:
+        return f"unknown ({g['unknown']}; the run's log says why)"
     names = {"startup_s": "startup", "productive_s": "steps", "checkpoint_s": "checkpoint", "eval_s": "eval",
              "restart_lost_s": "restart lost", "teardown_s": "teardown", "other_s": "other"}
     parts = ", ".join(f"{label} {g[k]:.1f}" for k, label in names.items() if g.get(k, 0) >= 0.05)
     return f"{g.get('goodput_ratio', 0):.1%} of {g.get('wall_s', 0):.1f} s wall ({parts} s)"
+
+
+def _behind_text(b: dict[str, Any] | None) -> str:
+    """``at worst 4 steps / 1.3 s ahead of the newest durable checkpoint; 11 uploads, 0.45 s each``."""
+    if not b:
+        return "-"
+    return (f"at worst {b['worst_steps']} steps / {b['worst_s']:.1f} s ahead of the newest durable checkpoint; "
+            f"{b['uploads']} uploads, {b['upload_s_mean']:.2f} s each until durable")
 
 
 def _phases_text(phases: dict[str, float]) -> str:

@@ -68,7 +68,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
                 checkpoint_score_attribute=cfg.checkpoint.score,
                 checkpoint_score_order=cfg.checkpoint.score_mode,
             ),
-            callbacks=[*engine_callbacks(ctx), *res.callbacks],
+            callbacks=[*engine_callbacks(ctx, res.run_folder), *res.callbacks],
             worker_runtime_env={"env_vars": env_vars},
         ),
     )
@@ -77,7 +77,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
     return trainer
 
 
-def engine_callbacks(ctx: RunContext) -> list[Any]:
+def engine_callbacks(ctx: RunContext, run_folder: str | None = None) -> list[Any]:
     """The engine's own Ray Train callbacks, each of an internal kind and so each behind its feature
     (compat/features.py); with every internal off, none: Ray Train's public path alone."""
     markers = FaultPlan.parse(ctx.fault).markers  # restart timing for the benchmarks (docs/faults.md)
@@ -87,7 +87,7 @@ def engine_callbacks(ctx: RunContext) -> list[Any]:
         ours.append(WorkerWarmup(markers))
     if ctx.cfg.scaling.elastic and features.enabled("dead_run_requests"):  # only elastic runs reserve workers
         features.note_entries("dead_run_requests", "ControllerCallback")
-        ours.append(RecordTrainRun())
+        ours.append(RecordTrainRun(run_folder))
     if ctx.cfg.scaling.elastic and features.enabled("fresh_cluster_view"):
         features.note("fresh_cluster_view")
         ours.append(FreshClusterView())

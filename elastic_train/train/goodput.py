@@ -132,6 +132,14 @@ class GoodputBook:
         self.heartbeat(now, global_step, 0.0, saving, eval_s)
         self.totals.checkpoints += 1
 
+    def uploads_measured(self, upload_s: float, uploads: int, behind_steps: int, behind_s: float) -> None:
+        """Checkpoint uploads that became durable (train/uploads.py), and the worst lag behind storage seen."""
+        t = self.totals
+        t.upload_s += upload_s
+        t.uploads += uploads
+        t.behind_max_steps = max(t.behind_max_steps, behind_steps)
+        t.behind_max_s = max(t.behind_max_s, behind_s)
+
 
 WALL_PARTS = ("startup_s", "productive_s", "checkpoint_s", "eval_s", "restart_lost_s", "teardown_s", "other_s")
 
@@ -209,7 +217,8 @@ class GoodputReporter:
             return
         self.push(force=True)
         if not self.ledger.flush():
-            self.say("goodput ledger: the last book was not sent in time; the run's summary may miss its end")
+            self.say("goodput ledger: the last book was not sent (the GCS did not take it in time); the run's summary "
+                     "may miss its end")
 
     def _fetch(self) -> dict[str, Any] | None:
         """The run's last book; accounting must never stop training, so errors are None."""

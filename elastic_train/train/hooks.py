@@ -90,6 +90,10 @@ class LoopHooks:
         validation and ``finalize_s`` the run's final summary (teardown)."""
         self.book.checkpointed(time.time(), global_step, block_s, eval_s, finalize_s)
 
+    def uploads_measured(self, upload_s: float, uploads: int, behind_steps: int, behind_s: float) -> None:
+        """Uploads that became durable since the last call, and the worst lag behind storage so far."""
+        self.book.uploads_measured(upload_s, uploads, behind_steps, behind_s)
+
     def flush(self) -> None:
         self.goodput.push(force=True)
 

@@ -4,10 +4,12 @@ Pure Python (no torch, no Ray): the engine (train/session.py) and the goodput si
 call the same :func:`choose`.
 
 * **Optimum** (Young 1974, "A first order approximation to the optimum checkpoint interval", CACM 17(9); Daly
-  2006, FGCS 22(3)): ``T = sqrt(2 * C * M)`` seconds of training between checkpoints, with ``C`` the blocking
-  cost of one checkpoint (save + report + the validation it runs: what training waits for) and ``M`` the run's
-  mean time between failures. Converted to steps with the measured step time, rounded, never below
-  ``floor`` (``checkpoint.min_every_steps``).
+  2006, FGCS 22(3)): ``T = sqrt(2 * C * M)`` seconds of training between checkpoints, with ``C`` the time one
+  checkpoint takes until it is durable: what training waits for (save + report + the validation it runs + the wait
+  for the previous upload, train/uploads.py) plus its upload after the hand-off. On a local disk the upload is
+  milliseconds; on object storage it can be most of the cost, and an interval shorter than one upload only makes
+  the next checkpoint wait for it. ``M`` is the run's mean time between failures. Converted to steps with the
+  measured step time, rounded, never below ``floor`` (``checkpoint.min_every_steps``).
 * **The failure rate** is a Gamma–Poisson posterior mean. The prior ``failure.mtbf_s`` is per worker (its node
   or GPU); a run of ``W`` workers fails at ``W / mtbf_s`` per second; it counts as ``PRIOR_FAILURES`` (one)
   pseudo-failure over ``PRIOR_FAILURES * mtbf_s / W`` pseudo-seconds. With ``n`` restarts observed over ``t``
@@ -37,7 +39,9 @@ class Choice:
 
     every_steps: int
     interval_s: float  # the Young–Daly optimum, seconds of training between checkpoints
-    checkpoint_cost_s: float
+    checkpoint_cost_s: float  # until durable: blocking_s + upload_s
+    blocking_s: float  # what training waited for, per checkpoint
+    upload_s: float  # hand-off to durable, per checkpoint
     mtbf_s: float  # the run's (posterior) mean time between failures
     step_s: float
     restarts: int
@@ -50,8 +54,9 @@ class Choice:
 
     def line(self) -> str:
         prior = f", prior {self.prior_mtbf_s:g} s per worker x {self.workers}" if self.prior_mtbf_s else ""
+        upload = f" + upload {self.upload_s * 1000:.0f} ms" if self.upload_s >= 0.0005 else ""
         return (f"checkpoint interval (auto): every {self.every_steps} steps = {self.every_steps * self.step_s:.1f} s "
-                f"(Young-Daly {self.interval_s:.1f} s: checkpoint {self.checkpoint_cost_s * 1000:.0f} ms, MTBF "
+                f"(Young-Daly {self.interval_s:.1f} s: checkpoint {self.blocking_s * 1000:.0f} ms{upload}, MTBF "
                 f"{self.mtbf_s:.0f} s from {self.restarts} restart(s) in {self.wall_s:.0f} s{prior}; step "
                 f"{self.step_s * 1000:.0f} ms)")
 
@@ -73,26 +78,31 @@ def young_daly_s(checkpoint_cost_s: float, mtbf_s: float) -> float:
 
 
 def choose(*, checkpoint_s: float, checkpoints: int, step_s: float | None, restarts: int, wall_s: float,
-           prior_mtbf_s: float | None, workers: int, floor: int = 1) -> Choice | None:
+           prior_mtbf_s: float | None, workers: int, floor: int = 1, upload_s: float = 0.0) -> Choice | None:
     """The interval for the run as it stands; None: keep the configured cadence (see the module docstring).
 
-    ``checkpoint_s`` is the run's total blocking time in its ``checkpoints`` checkpoints; ``step_s`` the measured
-    time of one optimizer step; ``restarts`` over ``wall_s`` the run's own failure record."""
+    ``checkpoint_s`` is the run's total blocking time in its ``checkpoints`` checkpoints; ``upload_s`` the mean
+    time from a checkpoint's hand-off until it is durable (0: not measured yet); ``step_s`` the measured time of
+    one optimizer step; ``restarts`` over ``wall_s`` the run's own failure record."""
     m = mtbf(restarts, wall_s, prior_mtbf_s, workers)
     if m is None or checkpoints <= 0 or not step_s or step_s <= 0:
         return None
-    cost = checkpoint_s / checkpoints
+    blocking = checkpoint_s / checkpoints
+    cost = blocking + max(0.0, upload_s)
     interval = young_daly_s(cost, m)
     steps = max(int(floor), int(round(interval / step_s)), 1)
-    return Choice(steps, interval, cost, m, step_s, restarts, wall_s, prior_mtbf_s, workers)
+    return Choice(steps, interval, cost, blocking, max(0.0, upload_s), m, step_s, restarts, wall_s, prior_mtbf_s,
+                  workers)
 
 
 def choose_from_totals(totals: Any, global_step: int, prior_mtbf_s: float | None, workers: int,
                        floor: int = 1) -> Choice | None:
     """:func:`choose` from a goodput ``Goodput`` (its fields: productive, checkpoint and eval seconds, the
-    checkpoint count, restarts, and the accounted wall) at ``global_step``: the step time is the productive
-    time over the steps the run kept."""
+    checkpoint count, the uploads measured, restarts, and the accounted wall) at ``global_step``: the step time
+    is the productive time over the steps the run kept."""
     wall = totals.productive_s + totals.checkpoint_s + totals.eval_s + totals.restart_lost_s + totals.startup_s
     step_s = totals.productive_s / global_step if global_step > 0 else None
+    upload_s = totals.upload_s / totals.uploads if getattr(totals, "uploads", 0) else 0.0
     return choose(checkpoint_s=totals.checkpoint_s + totals.eval_s, checkpoints=totals.checkpoints, step_s=step_s,
-                  restarts=totals.restarts, wall_s=wall, prior_mtbf_s=prior_mtbf_s, workers=workers, floor=floor)
+                  restarts=totals.restarts, wall_s=wall, prior_mtbf_s=prior_mtbf_s, workers=workers, floor=floor,
+                  upload_s=upload_s)

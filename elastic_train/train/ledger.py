@@ -19,7 +19,9 @@ picks, and the workers get whichever it made.
 **The training thread never waits on the GCS.** :meth:`RunLedger.put` hands the book to one sender thread per
 process, which sends the newest value per key (an unsent older book is superseded, never queued behind).
 :meth:`RunLedger.flush` waits, bounded, until what was put has been sent: the end of an attempt calls it, so the
-driver reads the final book. Every GCS call has a timeout; a failed send is dropped (accounting only).
+driver reads the final book. Every GCS call has a timeout; a failed send is written to the run's log
+(elastic_train/runlog.py, once) and the next book supersedes it; a flush whose newest book failed says False, so
+the end of an attempt says on the console that the summary may miss its end.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from elastic_train import runlog
 from elastic_train.compat import features
 
 NAMESPACE = b"elastic_train_ledger"
@@ -81,7 +84,8 @@ class RunLedger:
         _sender().post(self, self._name("book"), pickle.dumps(book))
 
     def flush(self, timeout_s: float = TIMEOUT_S) -> bool:
-        """Wait until everything this process put has been sent (or dropped after a failed send)."""
+        """Wait until everything this process put has been sent; False when the time ran out or the newest value
+        of a key could not be sent."""
         return _sender().flush(timeout_s)
 
     def get(self) -> dict[str, Any] | None:
@@ -93,6 +97,14 @@ class RunLedger:
 
     def get_final(self) -> dict[str, Any] | None:
         return self._get(self._name("final"))
+
+    def put_tracking_copies(self, tally: dict[str, Any]) -> None:
+        """The checkpoint copies into the tracking run, as the Train controller's callback ends: how many were
+        sent and how many not (tracking/checkpoints.py). Sent at once; the driver reads it for the summary."""
+        self._put(self._name("copies"), pickle.dumps(tally))
+
+    def get_tracking_copies(self) -> dict[str, Any] | None:
+        return self._get(self._name("copies"))
 
     def drop(self) -> None:
         """Delete this fit's entries (the driver, once it has read them), or end its actor."""
@@ -130,6 +142,7 @@ class _Sender:
         self._cond = threading.Condition()
         self._latest: dict[bytes, tuple[RunLedger, bytes]] = {}
         self._sending = False
+        self._failed: set[bytes] = set()  # keys whose newest value was not sent
         self._thread: threading.Thread | None = None
 
     def post(self, ledger: RunLedger, key: bytes, value: bytes) -> None:
@@ -142,32 +155,25 @@ class _Sender:
 
     def flush(self, timeout_s: float) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: not self._latest and not self._sending, timeout_s)
+            return self._cond.wait_for(lambda: not self._latest and not self._sending, timeout_s) and not self._failed
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._latest))
                 items, self._latest, self._sending = self._latest, {}, True
+            failed = set()
             for key, (ledger, value) in items.items():
                 try:
                     ledger._put(key, value)
                 except Exception as e:  # the GCS is away or slow: accounting only, the next book supersedes it
-                    _warn_once(f"the goodput book was not sent ({type(e).__name__}: {e}); the next one supersedes it")
+                    failed.add(key)
+                    runlog.dropped(f"a goodput book for the GCS key-value store ({key.decode()})", e,
+                                   once="ledger send")
             with self._cond:
+                self._failed = (self._failed - set(items)) | failed  # a newer value sent clears it
                 self._sending = False
                 self._cond.notify_all()
-
-
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message.split(" (")[0] not in _WARNED:
-        _WARNED.add(message.split(" (")[0])
-        import logging
-
-        logging.getLogger(__name__).warning(message)
 
 
 _SENDER: _Sender | None = None

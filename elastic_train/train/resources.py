@@ -19,6 +19,7 @@ class RunResources:
     tracking_relay: Any | None = None  # a sweep's MLflow relay actor (tracking/relay.py); None: rank 0's own sender
     log_floor: int = -1  # metrics at steps <= this were logged by an earlier driver (a resume): skipped
     start_from: str | None = None  # another run's checkpoint to continue while this run has none (a PBT clone)
+    run_folder: str | None = None  # the run's local folder: its log file (elastic_train/runlog.py), on every node
     # The driver's side only (never sent to workers):
     callbacks: tuple[Any, ...] = ()  # Ray Train callbacks beyond the engine's own (Tune's report callback)
     scaling_policy: Any | None = None  # ScalingConfig -> Ray Train scaling policy, instead of Ray's (elastic trial)

@@ -48,6 +48,7 @@ from elastic_train.train.state import (
     seed_everything,
 )
 from elastic_train.train.strategy import make_strategy
+from elastic_train.train.uploads import Uploads
 from tracking import NullTracker, Tracker
 
 if TYPE_CHECKING:  # pydantic-free at run time
@@ -72,6 +73,7 @@ class Host:
     ray_train_run_id: str | None = None  # into meta.json: a resumed driver releases this run's reservation
     attempt: int | None = None  # this worker group's attempt (train/fence.py): into meta.json
     keep_spares: Callable[[], None] | None = None  # start keeping the node's warm spares (train/spares.py)
+    uploads: Uploads | None = None  # this rank's checkpoint uploads: one in flight (train/uploads.py)
 
 
 class Session:
@@ -190,6 +192,8 @@ class Session:
     def run(self) -> None:
         cfg, p, steps_per_epoch = self.cfg, self.state.progress, self.data.steps_per_epoch
         self.hooks.loop_started()
+        if self.host.uploads is not None:  # how far training runs ahead of storage counts from the restored step
+            self.host.uploads.start(lambda: self.state.progress.global_step, p.global_step)
         self.window.reset()
         self.policy.start_clocks()
         self._retune()  # a restart or a resumed job decides from what the run has learned
@@ -271,6 +275,7 @@ class Session:
         p, book = self.state.progress, self.hooks.book
         metrics, eval_s = self._validate_and_log(reason)
         finalize_s = 0.0
+        self._uploads_measured()
         if reason == "final":
             t1 = time.perf_counter()
             metrics.update(self._close_tracking_and_summarise())
@@ -296,6 +301,20 @@ class Session:
         self.window.reset()
         return metrics
 
+    def _uploads_measured(self) -> None:
+        """Fold what this rank's uploads measured (train/uploads.py) into the goodput book."""
+        if self.host.uploads is not None:
+            d = self.host.uploads.take()
+            self.hooks.uploads_measured(d.upload_s, d.uploads, d.worst_behind_steps, d.worst_behind_s)
+
+    def finish_uploads(self) -> None:
+        """After the loop: wait (bounded) for the last upload, the final checkpoint's, and book what it took, so
+        the run's book holds every upload and the worst lag behind storage. Not after a failure (nothing waits)."""
+        if self.host.uploads is not None:
+            self.host.uploads.drain()
+            self._uploads_measured()
+            self.hooks.flush()
+
     def _retune(self) -> None:
         """``checkpoint.every_steps=auto``: rank 0 decides again from the run's goodput totals (train/interval.py)
         and proposes the interval to every rank; a change goes to the console (one line) and the tracker."""
@@ -314,6 +333,7 @@ class Session:
             self.tracker.log_metrics({"checkpoint_auto_every_steps": choice.every_steps,
                                       "checkpoint_auto_interval_s": choice.interval_s,
                                       "checkpoint_auto_cost_s": choice.checkpoint_cost_s,
+                                      "checkpoint_auto_upload_s": choice.upload_s,
                                       "checkpoint_auto_mtbf_s": choice.mtbf_s}, step=step)
 
     def _validate_and_log(self, reason: str) -> tuple[dict[str, Any], float]:

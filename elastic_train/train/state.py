@@ -76,6 +76,12 @@ class Goodput:
     checkpoints: int = 0  # checkpoints taken (their blocking cost: checkpoint_s + eval_s): train/interval.py
     auto_every_steps: int = 0  # checkpoint.every_steps=auto: the interval in force (0: none chosen yet)
     interval_changes: int = 0  # how often auto changed it
+    # Durability (train/uploads.py, rank 0's part): a checkpoint's hand-off to the moment it is on storage, summed
+    # over the uploads measured; and, at its worst, how far training ran ahead of its newest durable checkpoint
+    upload_s: float = 0.0
+    uploads: int = 0
+    behind_max_steps: int = 0
+    behind_max_s: float = 0.0
 
     def summary(self) -> dict[str, float]:
         out = asdict(self)

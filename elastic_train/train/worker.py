@@ -25,6 +25,7 @@ import ray.train.torch
 import torch
 from ray.train import Checkpoint, CheckpointUploadMode
 
+from elastic_train import runlog
 from elastic_train.compat import features
 from elastic_train.config import JobConfig
 from elastic_train.data import build_data
@@ -38,6 +39,7 @@ from elastic_train.train.process_info import process_start_unix
 from elastic_train.train.resources import RunResources
 from elastic_train.train.session import Host, Session
 from elastic_train.train.state import RunRecord, upload_checkpoint
+from elastic_train.train.uploads import Uploads
 from elastic_train.train.warmup import SpareKeeper
 from tracking import TrackingSpec, tracker_for
 
@@ -65,8 +67,9 @@ class WorkerArgs:
 def train_loop_per_worker(args: dict[str, Any]) -> None:
     entered = time.time()
     normal_priority()
-    checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
     wargs = WorkerArgs(**args)
+    runlog.attach(wargs.resources.run_folder)  # what this worker lets go, once each, to the run's log on its node
+    checkpoint = ray.train.get_checkpoint()  # first act: where do we resume from?
     store = wargs.run_store
     checkpoint, unregistered, attempt = _newest_checkpoint(checkpoint, store)  # and which attempt of the run are we?
     res = wargs.resources
@@ -89,7 +92,8 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
         session.data.trace.fence(fence.attempt, fence.may_write)
     if unregistered and host.rank == 0:
         host.console.line(f"{unregistered} is complete on storage but Ray Train had not registered it (a worker "
-                          "group failed before the controller collected every rank's report): resuming from it")
+                          "group failed before the controller collected every rank's report): registered now, "
+                          "resuming from it")
     if checkpoint is None:
         session.start(None)
     else:
@@ -98,6 +102,7 @@ def train_loop_per_worker(args: dict[str, Any]) -> None:
                 run_name=wargs.run_name, mlflow_run_id=record.mlflow_run_id) if adopt else None)
     try:
         session.run()
+        session.finish_uploads()  # the final checkpoint durable, measured: the run's book is complete
         host.fault.note("trained")
     finally:
         session.close()
@@ -113,27 +118,31 @@ def _newest_checkpoint(registered: Checkpoint | None,
     Ray Train registers a checkpoint once the controller has polled every rank's report; when a worker group
     fails, the reports it has not collected yet are dropped (``before_worker_group_shutdown``), although every
     rank's part is already on storage. Resuming from the registered one would recompute a checkpoint interval
-    or more, so rank 0 looks for a newer complete one (:func:`complete_on_storage`) and every rank takes its
-    choice. Rank 0 also claims this worker group's attempt (train/fence.py) and every rank takes it. Returns
-    ``(checkpoint, name of the unregistered one taken or None, attempt or None)``.
+    or more, so rank 0 looks for newer complete ones (:func:`_unregistered_on_storage`, which also deletes what
+    no retention would ever delete), and every rank reports them to Ray Train again, oldest first, as the
+    checkpoints they are (``NO_UPLOAD``: already on storage, with the metrics they were reported with): Ray
+    Train registers them, resumes from the newest, and its retention (``checkpoint.keep`` by
+    ``checkpoint.score``) deletes them in their turn. An unregistered folder outlived ``checkpoint.keep``
+    before (issue 51: 8 checkpoints left with keep=2 after three killed workers). Rank 0 also claims this worker
+    group's attempt (train/fence.py) and every rank takes it. Returns ``(checkpoint, name of the newest
+    unregistered one or None, attempt or None)``. ``store``: the run's folder (filesystem, path), from the driver.
     """
     import torch.distributed as dist
 
-    choice: list[Any] = [None, None]
+    choice: list[Any] = [[], None]
     if ray.train.get_context().get_world_rank() == 0 and store is not None:
-        try:
-            choice[0] = _newer_on_storage(registered, *store)
-        except Exception as e:  # a listing that fails leaves Ray Train's choice
-            logging.getLogger(__name__).warning("resuming from Ray Train's checkpoint: listing %s failed (%s)",
-                                                store[1], e)
-            choice[0] = None
+        choice[0] = _unregistered_on_storage(registered, *store)
         choice[1] = _claim_attempt(*store)
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.broadcast_object_list(choice, src=0)
-    if choice[0] is None:
+    if not choice[0]:
         return registered, None, choice[1]
     fs, root = store
-    return Checkpoint(f"{root}/{choice[0]}", filesystem=fs), choice[0], choice[1]
+    for name, metrics in choice[0]:  # every rank: a report is a collective
+        found = Checkpoint(f"{root}/{name}", filesystem=fs)
+        ray.train.report(metrics, checkpoint=found, checkpoint_dir_name=name,
+                         checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
+    return found, choice[0][-1][0], choice[1]
 
 
 def _claim_attempt(fs: Any, root: str) -> int | None:
@@ -153,20 +162,62 @@ def _fence(attempt: int | None, store: tuple[Any, str] | None) -> AttemptFence |
     return AttemptFence(store[0], store[1], attempt).watch()
 
 
-def _newer_on_storage(registered: Checkpoint | None, fs: Any, root: str) -> str | None:
-    """The name of the newest complete checkpoint in this run's storage folder newer than ``registered``."""
+def _unregistered_on_storage(registered: Checkpoint | None, fs: Any, root: str) -> list[tuple[str, dict[str, Any]]]:
+    """Rank 0, while no worker group runs (nothing uploads): the complete checkpoints in this run's storage folder
+    newer than Ray Train's latest and not registered, oldest first, each with the metrics it was reported with.
+    Every other folder Ray Train does not hold is deleted: incomplete ones (an upload a failure cut short) and
+    complete ones it will never register (older than its latest). Without Ray Train's list of what it holds
+    (``ray.train.get_all_reported_checkpoints``) nothing is deleted. A storage that cannot be listed or read
+    leaves Ray Train's choice; the run's log says so."""
+    floor = Path(registered.path).name if registered is not None else ""
+    try:
+        held = _held_by_ray_train()
+        newer, garbage = [], []
+        for name in _checkpoint_folders(fs, root):
+            if name == floor or (held is not None and name in held):
+                continue
+            if name > floor and complete_on_storage(fs, f"{root}/{name}"):  # fixed-width steps: names sort by step
+                newer.append((name, _reported_metrics(fs, f"{root}/{name}")))
+            elif held is not None:
+                garbage.append(name)
+    except Exception as e:
+        runlog.dropped("looking for checkpoints Ray Train had not registered: resuming from its latest, and "
+                       "storage may keep checkpoints beyond checkpoint.keep", e)
+        return []
+    for name in garbage:
+        try:
+            fs.delete_dir(f"{root}/{name}")
+        except Exception as e:  # left behind, said once
+            runlog.dropped(f"deleting {name}, a checkpoint Ray Train does not hold (left in storage)", e,
+                           once="delete unregistered")
+    return newer
+
+
+def _held_by_ray_train() -> set[str] | None:
+    """The names of the checkpoints Ray Train holds (registered, not yet deleted by its retention); None where
+    this Ray has no such call."""
+    reported = getattr(ray.train, "get_all_reported_checkpoints", None)
+    if reported is None:
+        return None
+    from ray.train import CheckpointConsistencyMode
+
+    held = reported(consistency_mode=CheckpointConsistencyMode.COMMITTED, timeout_s=30)
+    return {Path(r.checkpoint.path).name for r in held}
+
+
+def _checkpoint_folders(fs: Any, root: str) -> list[str]:
     import pyarrow.fs
 
     listing = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
-    names = sorted(i.base_name for i in listing
-                   if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_"))
-    floor = Path(registered.path).name if registered is not None else ""
-    for name in reversed(names):
-        if name <= floor:  # fixed-width step numbers: names sort by step
-            return None
-        if complete_on_storage(fs, f"{root}/{name}"):
-            return name
-    return None
+    return sorted(i.base_name for i in listing
+                  if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_"))
+
+
+def _reported_metrics(fs: Any, path: str) -> dict[str, Any]:
+    import json
+
+    with fs.open_input_stream(f"{path}/meta.json") as f:
+        return dict(json.loads(f.read().decode()).get("metrics") or {})
 
 
 def complete_on_storage(fs: Any, path: str) -> bool:
@@ -220,15 +271,17 @@ def _host(args: WorkerArgs, fence: AttemptFence | None = None, spare_workers: in
     ledger = res.ledger if rank == 0 else None
     fault = FaultHook.from_env(rank, args.fault)
     spares = SpareKeeper.for_this_worker(spare_workers, spares_after_s, fault.note)
+    uploads = Uploads(console.line)
     return Host(
         rank, world, device, console, tracker,
         goodput=GoodputReporter(ledger, console.line, args.launched),
         fault=fault,
-        report=partial(_report, fence, args.run_store),
+        report=partial(_report, fence, args.run_store, uploads),
         preemption_info=ray.train.get_preemption_info if args.watch_preemption else None,
         ray_train_run_id=_train_run_id() if elastic else None,
         attempt=fence.attempt if fence is not None else None,
         keep_spares=spares.start if spares is not None else None,
+        uploads=uploads,
     )
 
 
@@ -247,28 +300,36 @@ def _train_run_id() -> str | None:
         return None
 
 
-def _report(fence: AttemptFence | None, store: tuple[Any, str] | None, metrics: dict[str, Any], directory: str,
-            name: str) -> None:
-    """Report a checkpoint (every rank's part is in ``directory``); training goes on while it uploads. A rank whose
-    attempt was superseded (cut off while the run restarted without it) raises instead: nothing is uploaded."""
+def _report(fence: AttemptFence | None, store: tuple[Any, str] | None, uploads: Uploads, metrics: dict[str, Any],
+            directory: str, name: str) -> None:
+    """Report a checkpoint (every rank's part is in ``directory``); training goes on while it uploads, once this
+    rank's previous upload is durable (at most one in flight: train/uploads.py). A rank whose attempt was
+    superseded (cut off while the run restarted without it) raises instead: nothing is uploaded."""
     if fence is not None:
         fence.check(f"checkpoint {name}")
+    uploads.before_report(name, int(metrics.get("global_step") or 0))
     ray.train.report(
         metrics,
         checkpoint=Checkpoint.from_directory(directory),
         checkpoint_dir_name=name,
         checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
-        **({"checkpoint_upload_fn": partial(_upload, store)} if store is not None else {}),
+        **({"checkpoint_upload_fn": partial(_upload, store, uploads)} if store is not None else {}),
     )
 
 
-def _upload(store: tuple[Any, str], checkpoint: Checkpoint, name: str) -> Checkpoint:
-    """Ray Train's upload into the run's folder, with ``meta.json`` last (state.upload_checkpoint). The storage
-    filesystem retries each request through a short outage (data/filesystems.py); past that the error fails
-    this attempt, which restarts from the last checkpoint Ray recorded (every rank's part uploaded)."""
+def _upload(store: tuple[Any, str], uploads: Uploads, checkpoint: Checkpoint, name: str) -> Checkpoint:
+    """Ray Train's upload into the run's folder, with ``meta.json`` last (state.upload_checkpoint), on Ray Train's
+    upload thread; ``uploads`` learns when it is durable. The storage filesystem retries each request through a
+    short outage (data/filesystems.py); past that the error fails this attempt, which restarts from the newest
+    complete checkpoint."""
     fs, root = store
     dest = f"{root}/{name}"
-    upload_checkpoint(checkpoint.path, fs, dest)
+    try:
+        upload_checkpoint(checkpoint.path, fs, dest)
+    except BaseException:
+        uploads.finished(name, ok=False)
+        raise
+    uploads.finished(name, ok=True)
     return Checkpoint(dest, filesystem=fs)
 
 

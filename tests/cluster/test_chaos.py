@@ -68,7 +68,8 @@ def test_a_short_mixed_fault_campaign_survives_and_loses_nothing(world, seed):
     assert t["samples_lost"] == 0 and t["worst_recovery_s"] is not None
     for row in report["faults"]:
         if row["kind"] != "mlflow":
-            assert row["steps_lost"] >= 0 and "phases_s" in row, row
+            # a restart resumes from the newest complete checkpoint: one interval, and the one being written
+            assert row["steps_lost"] <= 2 * EVERY and "phases_s" in row, row
     if "driver" in SEEDS[seed]:
         assert t["driver_launches"] == 2
     if "drain" in SEEDS[seed]:

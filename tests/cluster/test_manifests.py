@@ -361,8 +361,8 @@ def test_every_job_shows_its_submit_line():
         line = f"ray job submit --working-dir . -- python -m jobs.{job}"
         assert line in readme, f"README lacks: {line}"
         path = ROOT / "jobs" / f"{job}.py"
-        if path.exists():  # jobs still being written are checked once they land
-            assert line in path.read_text(), f"{path.name}'s docstring lacks: {line}"
+        assert path.exists(), f"README shows jobs.{job}, which does not exist"
+        assert line in path.read_text(), f"{path.name}'s docstring lacks: {line}"
 
 
 @pytest.mark.parametrize("env, expected", [

@@ -127,6 +127,7 @@ def test_every_trial_ran_the_real_multi_worker_trainer(asha):
     tmp, summary, marker = asha
     from elastic_train.launch.storage import RunStorage
 
+    assert len(summary["trials"]) == 4, summary  # each one checked below
     for t in summary["trials"]:
         run = RunStorage(summary["storage_path"], t["run_name"])
         assert run.checkpoints(), t

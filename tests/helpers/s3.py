@@ -239,3 +239,76 @@ def _close_listener(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+class SlowLink:
+    """The S3 endpoint the run uses, in front of the session's server, over a link whose upstream (client to
+    server: every upload) carries ``up_bytes_per_s``, shared by all connections, as a WAN link or a busy NIC does.
+    Downloads are not limited. ``uploaded`` counts the bytes that crossed it."""
+
+    def __init__(self, upstream: str, up_bytes_per_s: float):
+        self.upstream_port = int(upstream.rsplit(":", 1)[1])
+        self.rate = float(up_bytes_per_s)
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.uploaded = 0
+        self._lock = threading.Lock()
+        self._free_at = time.monotonic()  # when the link has sent everything handed to it so far
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", self.port))
+        self._listener.listen(64)
+        threading.Thread(target=self._accept, daemon=True, name="s3-slow-link").start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            done = threading.Semaphore(0)  # each direction releases it once; the second one closes both
+            threading.Thread(target=self._pump, args=(client, server, True, done), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False, done), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool, done: threading.Semaphore) -> None:
+        while True:
+            try:
+                data = src.recv(16384)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if upstream:
+                self._carry(len(data))
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        try:
+            dst.shutdown(socket.SHUT_WR)  # pass the end on: what was sent still arrives
+        except OSError:
+            pass
+        if done.acquire(blocking=False):  # the other direction ended first
+            src.close()
+            dst.close()
+        else:
+            done.release()
+
+    def _carry(self, n: int) -> None:
+        """``n`` bytes cross the link: they leave once it has sent what it held before, at its rate."""
+        with self._lock:
+            self.uploaded += n
+            self._free_at = max(self._free_at, time.monotonic()) + n / self.rate
+            done = self._free_at
+        delay = done - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)  # the link's speed: the scenario, not a wait for something
+
+    def close(self) -> None:
+        _close_listener(self._listener)

@@ -30,6 +30,9 @@ def sim() -> Iterator[simulator.Sim]:
     why = simulator.namespaces_supported()
     if why is not None:
         pytest.skip(f"separate hosts need network namespaces: {why}")
+    hidden = simulator.invisible_in_hosts(state=simulator.default_state(BRIDGE))
+    if hidden is not None:  # a checkout or venv under /tmp: every host test would fail in start-head.sh
+        pytest.skip(f"separate hosts cannot run here: {hidden}")
     simulator.down(bridge=BRIDGE, say=lambda *_: None)  # what a killed earlier run left
     cluster = simulator.up(3, bridge=BRIDGE, subnet="198.18.9", say=lambda *_: None)
     try:

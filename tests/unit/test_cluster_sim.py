@@ -58,3 +58,32 @@ def test_without_root_it_says_so():
 def test_commands_on_a_cluster_that_is_not_there_say_how_to_make_one(tmp_path):
     line = _one_error_line(_sim("--state", str(tmp_path), "kill", "1"))
     assert "no cluster in" in line and "cluster.sim up N" in line
+
+
+def test_a_checkout_under_tmp_is_refused_at_once_with_what_to_do():
+    """Every simulated host binds a folder of its own onto /tmp, so a checkout under /tmp (a fresh clone in /tmp/x)
+    is invisible inside the hosts: start-head.sh exited 127 there (issue 51 item 10). `up` refuses it first, with
+    one line; no root needed to see it. The checkout here is a copy of cluster/ in a folder under /tmp."""
+    import tempfile
+
+    clone = Path(tempfile.mkdtemp(prefix="et-clone-", dir="/tmp"))
+    try:
+        shutil.copytree(ROOT / "cluster", clone / "cluster")
+        out = subprocess.run([sys.executable, "-m", "cluster.sim", "--bridge", "etclone0", "--state",
+                              str(clone / "state"), "up", "2"], cwd=clone, capture_output=True, text=True,
+                             timeout=60, check=False)
+        line = _one_error_line(out)
+        assert f"the checkout {clone}" in line and "under /tmp" in line and "outside /tmp" in line, line
+        assert not (clone / "state").exists()  # refused before anything was made
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+
+
+def test_a_venv_or_state_folder_under_tmp_is_named_too(tmp_path):
+    """The same for the venv the hosts run (its `ray`, its python) and the harness's state folder (each host's HOME
+    and the jobs' shared folder); the hosts fixture asks the same question and skips with that line."""
+    assert sim.invisible_in_hosts(root=Path("/work/x"), venv_bin=Path("/work/x/.venv/bin"), state="/var/tmp/s") is None
+    venv = sim.invisible_in_hosts(root=Path("/work/x"), venv_bin=Path("/tmp/v/.venv/bin"), state="/var/tmp/s")
+    assert venv is not None and "the venv /tmp/v/.venv" in venv and "outside /tmp" in venv
+    state = sim.invisible_in_hosts(root=Path("/work/x"), venv_bin=Path("/work/x/.venv/bin"), state="/tmp/st")
+    assert state is not None and "the state folder /tmp/st" in state

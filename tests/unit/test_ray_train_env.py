@@ -20,7 +20,7 @@ def _ctx(*overrides: str, ray_target: str | None = EMBEDDED) -> RunContext:
 
 
 def test_each_run_sets_its_own_start_timeout_and_an_exported_value_wins(monkeypatch):
-    monkeypatch.setattr(trainer, "_WRITTEN", {})
+    monkeypatch.setattr(trainer, "_WRITTEN", {})  # a fresh process, where the user exported one knob
     monkeypatch.delenv(START_TIMEOUT_ENV, raising=False)
     monkeypatch.setenv(HEALTH_CHECK_ENV, "0.2")  # the user's
     trainer._ray_train_env(_ctx("failure.worker_start_timeout_s=15", "failure.health_check_interval_s=2"))
@@ -68,3 +68,21 @@ def test_ray_train_hands_our_knobs_to_its_controller():
     from ray.train.v2._internal.constants import ENV_VARS_TO_PROPAGATE
 
     assert {HEALTH_CHECK_ENV, START_TIMEOUT_ENV, PREEMPTION_WATCHER_ENV} <= set(ENV_VARS_TO_PROPAGATE)
+
+
+def test_what_the_user_sets_between_two_runs_in_one_process_wins(monkeypatch):
+    """A notebook: one run, then the user exports a knob, then a second run (issue 51 item 4). The value read at
+    import must not decide: the user's latest value wins, and once the user removes it the config's applies."""
+    monkeypatch.setattr(trainer, "_WRITTEN", {})
+    monkeypatch.delenv(START_TIMEOUT_ENV, raising=False)
+    trainer._ray_train_env(_ctx("failure.worker_start_timeout_s=15"))
+    assert os.environ[START_TIMEOUT_ENV] == "15.0"  # the config's, nobody exported one
+    monkeypatch.setenv(START_TIMEOUT_ENV, "99")  # the user, between the two runs
+    trainer._ray_train_env(_ctx("failure.worker_start_timeout_s=15"))
+    assert os.environ[START_TIMEOUT_ENV] == "99"
+    monkeypatch.setenv(START_TIMEOUT_ENV, "7")  # and changes their mind
+    trainer._ray_train_env(_ctx())
+    assert os.environ[START_TIMEOUT_ENV] == "7"
+    monkeypatch.delenv(START_TIMEOUT_ENV)  # gone: this run's config again
+    trainer._ray_train_env(_ctx("failure.worker_start_timeout_s=12"))
+    assert os.environ[START_TIMEOUT_ENV] == "12.0"

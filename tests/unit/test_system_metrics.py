@@ -33,3 +33,25 @@ def test_a_default_run_records_system_metrics(tmp_path, monkeypatch):
         names = set(client.get_run(spec.run_id).data.metrics)
     tracker.close(timeout_s=10)
     assert any(n.startswith("system/cpu") for n in names), sorted(names)
+
+
+def test_a_run_shorter_than_the_sampling_interval_records_a_sample(tmp_path, monkeypatch):
+    """MLflow's monitor samples every 10 s and, stopped sooner, logs nothing: a default run of a few seconds had no
+    ``system/*`` metric at all (issue 51 item 7). The tracker publishes the monitor's last window when it closes."""
+    from mlflow.tracking import MlflowClient
+
+    from tracking.mlflow_tracker import MlflowTracker
+
+    monkeypatch.delenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", raising=False)  # MLflow's default: 10 s
+    monkeypatch.delenv("MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING", raising=False)
+    backend = open_backend("mlflow", None, tmp_path)
+    spec, _ = backend.start_run("sysmetrics", "short", kind="train", spool_path=tmp_path / "spool.jsonl",
+                                system_metrics=True)
+    tracker = MlflowTracker(spec)
+    started = time.monotonic()
+    tracker.log_metrics({"train_loss": 1.0}, step=0)
+    assert tracker.flush(timeout_s=30)  # connected (the monitor started) and sent
+    assert tracker.close(timeout_s=10)["unsent"] == 0
+    assert time.monotonic() - started < 10  # shorter than one sampling interval
+    names = set(MlflowClient(tracking_uri=spec.uri).get_run(spec.run_id).data.metrics)
+    assert any(n.startswith("system/cpu") for n in names), sorted(names)
