@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from elastic_train.compat import features
 from elastic_train import runlog
+from elastic_train.compat import features
 from elastic_train.data import DataBundle, TensorSet
 from elastic_train.data.spec import StreamSplit
 from elastic_train.launch import timeline
