@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -111,10 +110,10 @@ class TrackingBackend(Protocol):
 
     def child_runs(self, parent: TrackingSpec) -> list[ChildRun]: ...
 
-    def checkpoint_callback(self, spec: TrackingSpec, policy: list[str], score: str, mode: str,
-                            tally: Callable[[dict[str, Any]], None] | None = None) -> Any | None:
-        """A Ray Train callback copying checkpoints into the run, or None when the backend keeps none. ``tally``
-        gets ``{"sent", "unsent"}`` copies as the callback ends (the run's summary counts the unsent ones)."""
+    def checkpoint_copier(self, spec: TrackingSpec, policy: list[str], score: str, mode: str) -> Any | None:
+        """What copies the run's persisted checkpoints into it, on the driver (``offer(checkpoint, metrics)``,
+        ``finish(timeout_s) -> {"sent", "unsent"}``: tracking/checkpoints.py), or None when the backend keeps
+        none."""
         ...
 
     def environment_params(self) -> dict[str, str]:

@@ -1,7 +1,9 @@
-"""Copy persisted checkpoints into MLflow artifacts, off the training thread.
+"""Copy persisted checkpoints into MLflow artifacts, off the training thread, from the driver.
 
-A Ray Train ``UserCallback`` runs on the Train controller, which sees every checkpoint once Ray has
-persisted it. Per ``tracking.log_checkpoints`` it queues uploads to a background sender:
+The run's driver offers every checkpoint Ray Train has persisted (launch/copies.py watches the run's storage
+folder; public APIs only: Ray Train's callbacks that would see each report on the controller are internal, and
+its public ``UserCallback`` gets no end-of-run hook to finish the copies). Per ``tracking.log_checkpoints`` a
+:class:`CheckpointCopier` queues uploads to a background sender:
 
 * ``last``: ``checkpoints/last`` is overwritten by each newer checkpoint (pending ones are coalesced);
 * ``best``: ``checkpoints/best`` whenever the score improves (tag ``best_checkpoint`` names it; of the pending
@@ -9,15 +11,15 @@ persisted it. Per ``tracking.log_checkpoints`` it queues uploads to a background
   deleted the others);
 * ``all``:  every checkpoint under ``checkpoints/<dir name>``.
 
-``after_report`` only enqueues and never raises: a tracking outage must not fail the controller. The
-thread snapshots each checkpoint to local disk (Ray may delete it later under its retention policy) and
-hands it to the tracker, which retries while the server is away.
+:meth:`CheckpointCopier.offer` only enqueues and never raises: a tracking outage must not fail the run. The
+thread snapshots each checkpoint to local disk (Ray may delete it later under its retention policy) and hands it
+to the tracker, which retries while the server is away.
 
 **Copies leave nothing behind and never vanish.** A snapshot is a folder in ``mlflow_checkpoint_copies/`` beside
 the run's tracking spool (the run's local folder, not ``/tmp``), and the tracker removes it once every upload of it
 is sent. What the tracker cannot send by the end is spooled with its folder, which stays for ``replay_spool``. A
 snapshot that fails (the checkpoint already gone from storage, a full disk) prints one warning naming it. The
-tally, copies sent and not, goes to ``tally`` (the fit's ledger: the run's summary counts the unsent ones).
+tally, copies sent and not, is what :meth:`CheckpointCopier.finish` returns (the run's summary counts the unsent ones).
 
 **The earlier best is known before ``checkpoints/best`` is replaced.** A resumed job reads the earlier driver's
 best score from the run (a tag). While the server does not answer that, no checkpoint replaces
@@ -32,18 +34,10 @@ import queue
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ray.train import Checkpoint
-
 from elastic_train import runlog
-from elastic_train.compat.ray_train import (  # reports; the end-of-run flush; training's start
-    ControllerCallback,
-    ReportCallback,
-    WorkerGroupCallback,
-)
 from tracking.base import TrackingSpec
 from tracking.quiet import quiet_mlflow_logging
 
@@ -53,63 +47,36 @@ BEST_TAG, BEST_SCORE_TAG = "best_checkpoint", "best_checkpoint_score"
 COPIES = "mlflow_checkpoint_copies"  # beside the spool: snapshots not yet sent
 
 
-class MlflowCheckpointCallback(ReportCallback, ControllerCallback, WorkerGroupCallback):
-    """Ray Train's internal callback kinds, not its public ``UserCallback``: Ray hands a ``UserCallback`` only
-    ``after_report`` and ``after_exception`` (UserCallbackHandler), so the end-of-run flush
-    (``after_controller_finish``) and the start hook of a ``UserCallback`` were never called; Ray appends
-    callbacks of the other kinds to the controller's own list ("custom workarounds built on internal
-    callbacks"), where every hook runs."""
+class CheckpointCopier:
+    """The run's checkpoint copies into MLflow, on the driver: :meth:`offer` each persisted checkpoint, then
+    :meth:`finish` (bounded) for the tally. The thread starts at the first offer."""
 
-    def __init__(self, spec: TrackingSpec, policy: list[str], score: str, mode: str,
-                 tally: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, spec: TrackingSpec, policy: list[str], score: str, mode: str):
         self.spec, self.policy, self.score, self.mode = spec, set(policy) - {"none"}, score, mode
-        self.tally = tally
+        quiet_mlflow_logging()
         self._setup_runtime()
-
-    # Ray pickles callbacks to the controller: queues, threads and clients are created there.
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: self.__dict__[k] for k in ("spec", "policy", "score", "mode", "tally")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickled on the controller, and on every worker too (Ray Train hands workers the run config, callbacks
-        included): nothing starts here, or each worker would import MLflow and run a sender thread of its own
-        while it trains. The controller starts the thread in :meth:`after_worker_group_training_start`."""
-        self.__dict__.update(state)
-        quiet_mlflow_logging()  # the controller's output is forwarded to the driver's console
-        self._setup_runtime()
-
-    def after_worker_group_training_start(self, worker_group: Any) -> None:
-        """On the controller, once the workers run the training function: importing MLflow (~2 s of CPU) then
-        overlaps their build and first steps, where the workers run at niceness 0 against this process's 15,
-        and not their start-up, where both run at 15 and the import took an equal share (measured: the time
-        to the first step ~1 s longer on 2 cores). The first checkpoint comes later still."""
-        if self.policy:
-            self._start()
 
     def _setup_runtime(self) -> None:
-        self._queue: queue.Queue[tuple[Checkpoint, dict[str, Any]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Any, dict[str, Any]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._tracker: Any = None
         self._copies = Path(self.spec.spool_path).parent / COPIES
         self._failed = 0  # copies lost: a snapshot that failed, a best never decided
         self._best: float | None = None
         self._best_known = False  # the earlier driver's best score read from the run (None: there was none)
-        self._waiting_best: tuple[Checkpoint, dict[str, Any]] | None = None  # a candidate while it is unknown
+        self._waiting_best: tuple[Any, dict[str, Any]] | None = None  # a candidate while it is unknown
 
-    def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
-        checkpoint = getattr(training_report, "checkpoint", None)
-        if checkpoint is None or not self.policy:
+    def offer(self, checkpoint: Any, metrics: dict[str, Any]) -> None:
+        """A persisted checkpoint (a ``ray.train.Checkpoint``) and the metrics it was reported with."""
+        if not self.policy:
             return
         self._start()
-        self._queue.put((checkpoint, dict(metrics[0]) if metrics else {}))
+        self._queue.put((checkpoint, dict(metrics)))
 
     def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="mlflow-checkpoints", daemon=True)
             self._thread.start()
-
-    def after_controller_finish(self, result: Any) -> None:
-        self.flush()
 
     # ------------------------------------------------------------------------------ background
     def _work(self) -> None:
@@ -130,14 +97,14 @@ class MlflowCheckpointCallback(ReportCallback, ControllerCallback, WorkerGroupCa
             if len(items) < len(pending):
                 return
 
-    def _best_of(self, items: list[tuple[Checkpoint, dict[str, Any]]]) -> tuple[Checkpoint, dict[str, Any]] | None:
+    def _best_of(self, items: list[tuple[Any, dict[str, Any]]]) -> tuple[Any, dict[str, Any]] | None:
         scored = [item for item in items if isinstance(item[1].get(self.score), int | float)]
         if "best" not in self.policy or not scored:
             return None
         pick = min if self.mode == "min" else max
         return pick(scored, key=lambda item: item[1][self.score])
 
-    def _handle(self, item: tuple[Checkpoint, dict[str, Any]], last: bool, best_candidate: bool = True) -> None:
+    def _handle(self, item: tuple[Any, dict[str, Any]], last: bool, best_candidate: bool = True) -> None:
         checkpoint, metrics = item
         name = checkpoint.path.rstrip("/").rsplit("/", 1)[-1]
         targets = []
@@ -151,7 +118,7 @@ class MlflowCheckpointCallback(ReportCallback, ControllerCallback, WorkerGroupCa
         if targets:
             self._copy(checkpoint, name, targets)
 
-    def _is_new_best(self, item: tuple[Checkpoint, dict[str, Any]]) -> bool:
+    def _is_new_best(self, item: tuple[Any, dict[str, Any]]) -> bool:
         """Whether ``item`` becomes ``checkpoints/best``. While the earlier best is unknown the candidate waits
         (the best of those seen meanwhile); once it is known, the waiting one is decided first."""
         score = item[1].get(self.score)
@@ -171,14 +138,14 @@ class MlflowCheckpointCallback(ReportCallback, ControllerCallback, WorkerGroupCa
         self._best = float(score)
         return True
 
-    def _decide_best(self, item: tuple[Checkpoint, dict[str, Any]]) -> None:
+    def _decide_best(self, item: tuple[Any, dict[str, Any]]) -> None:
         """A candidate that waited for the earlier best: ``checkpoints/best`` if it is better."""
         if self._is_new_best(item):
             name = item[0].path.rstrip("/").rsplit("/", 1)[-1]
             self._tracker.set_tags({BEST_TAG: name, BEST_SCORE_TAG: item[1][self.score]})
             self._copy(item[0], name, ["checkpoints/best"])
 
-    def _copy(self, checkpoint: Checkpoint, name: str, targets: list[str]) -> None:
+    def _copy(self, checkpoint: Any, name: str, targets: list[str]) -> None:
         """Snapshot ``checkpoint`` beside the spool and queue its uploads; the tracker removes the snapshot once
         they are sent. A snapshot that fails: one warning, counted."""
         local = self._copies / f"{name}-{uuid.uuid4().hex[:8]}"
@@ -215,9 +182,9 @@ class MlflowCheckpointCallback(ReportCallback, ControllerCallback, WorkerGroupCa
         self._best_known = True
         return True
 
-    def flush(self, timeout_s: float = 60.0) -> dict[str, Any]:
-        """Finish the copies (bounded), close the tracker; the tally goes to ``tally`` and is returned:
-        ``{"sent", "unsent", "spool_path"}`` copies (uploads), the unsent ones spooled or never made."""
+    def finish(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Finish the copies (bounded), close the tracker; the tally: ``{"sent", "unsent", "spool_path"}`` copies
+        (uploads), the unsent ones spooled or never made."""
         if self._thread is None:
             return {"sent": 0, "unsent": 0, "spool_path": None}
         self._queue.put(None)
@@ -233,10 +200,5 @@ class MlflowCheckpointCallback(ReportCallback, ControllerCallback, WorkerGroupCa
         out = {"sent": closed.get("sent_artifacts", 0), "unsent": unsent, "spool_path": closed.get("spool_path")}
         if self._copies.is_dir() and not any(self._copies.iterdir()):
             self._copies.rmdir()
-        if self.tally is not None:
-            try:
-                self.tally(out)
-            except Exception as e:  # the summary then misses the tally; the warnings above were printed
-                runlog.dropped("the tally of checkpoint copies for the run's summary", e)
         return out
 

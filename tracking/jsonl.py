@@ -244,8 +244,7 @@ class JsonlBackend:
         return [ChildRun(r["name"], r["run_id"], r["status"])
                 for r in self._runs(parent.experiment_id) if r.get("parent_run_id") == parent.run_id]
 
-    def checkpoint_callback(self, spec: TrackingSpec, policy: list[str], score: str, mode: str,
-                            tally: Any = None) -> Any | None:
+    def checkpoint_copier(self, spec: TrackingSpec, policy: list[str], score: str, mode: str) -> Any | None:
         return None  # checkpoints stay in the run's storage folder only: a second copy would just cost disk
 
     def environment_params(self) -> dict[str, str]:

@@ -88,11 +88,10 @@ class MlflowBackend:
             [parent.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent.run_id}'", max_results=5000)
         return [ChildRun(r.data.tags.get(RUN_NAME_TAG, ""), r.info.run_id, r.info.status) for r in runs]
 
-    def checkpoint_callback(self, spec: TrackingSpec, policy: list[str], score: str, mode: str,
-                            tally: Any = None) -> Any | None:
-        from tracking.checkpoints import MlflowCheckpointCallback
+    def checkpoint_copier(self, spec: TrackingSpec, policy: list[str], score: str, mode: str) -> Any | None:
+        from tracking.checkpoints import CheckpointCopier
 
-        return MlflowCheckpointCallback(spec, policy, score, mode, tally)
+        return CheckpointCopier(spec, policy, score, mode)
 
     def environment_params(self) -> dict[str, str]:
         import mlflow

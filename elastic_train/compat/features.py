@@ -78,8 +78,6 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             since="2.60"),
     Feature("restart_markers", "the controller's phases of a restart, for bench/recovery.py and bench/chaos.py",
             "no controller-side phases in the benchmarks' JSON"),
-    Feature("checkpoint_copies", "checkpoints copied into MLflow from the Train controller as Ray registers them",
-            "no checkpoint copies in MLflow (the checkpoints stay in storage)"),
     Feature("pbt_sync", "synchronous PBT continues the trial that completes a sync point (one Ray Train restart "
             "fewer per decision) and frees trials waiting on one that finished", "Ray's own synchronous PBT"),
     Feature("pbt_last_lr", "get_last_lr() right after a PBT exploit changed the rate",

@@ -16,7 +16,7 @@ from elastic_train.compat.features import note_entries
 __all__ = [
     "AUTOSCALING_REQUESTS_EXPIRE_TIME_S", "AUTOSCALING_REQUESTS_GET_TIMEOUT_S", "HEALTH_CHECK_ENV",
     "PREEMPTION_WATCHER_ENV", "START_TIMEOUT_ENV", "ControllerCallback", "DatasetsCallback", "ElasticScalingPolicy",
-    "PlacementGroupCleanerCallback", "ReportCallback", "TrainAutoscalingCoordinatorClient", "WorkerCallback",
+    "PlacementGroupCleanerCallback", "TrainAutoscalingCoordinatorClient", "WorkerCallback",
     "WorkerGroupCallback",
     "autoscaling_coordinator", "build_train_resource_request", "cancel_resource_requests", "refresh_reservations",
     "resource_request_priority", "train_run_id", "train_run_requester",
@@ -49,7 +49,6 @@ _COORD_MODULE = "ray.data._internal.cluster_autoscaler.default_autoscaling_coord
 ControllerCallback = _base(f"{_EXEC}.callback:ControllerCallback")  # dead_run_requests, restart_markers
 WorkerGroupCallback = _base(f"{_EXEC}.callback:WorkerGroupCallback")  # restart_markers
 WorkerCallback = _base(f"{_EXEC}.callback:WorkerCallback")  # worker_warmup
-ReportCallback = _base(f"{_EXEC}.callback:ReportCallback")  # checkpoint_copies (tracking/checkpoints.py)
 # lean_callbacks: the default callbacks we replace or leave out (launch/controller.py)
 DatasetsCallback = _base("ray.train.v2._internal.callbacks.datasets:DatasetsCallback")
 PlacementGroupCleanerCallback = _base(

@@ -307,7 +307,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(f"{_TRAIN}.context:TrainRunContext", "member", "dead_run_requests", "compat/ray_train.py",
           "the run id on the train run context", "no public run id", value="run_id"),
     Entry(f"{_TRAIN}.callback:ControllerCallback", "attr",
-          "dead_run_requests,fresh_cluster_view,restart_markers,checkpoint_copies",
+          "dead_run_requests,fresh_cluster_view,restart_markers",
           "launch/controller.py (RecordTrainRun, FreshClusterView, RestartPhases)", "the controller notes its run; "
           "a failure refreshes the coordinator; the benchmarks' restart phases", CALLBACKS_PUBLIC),
     Entry(f"{_TRAIN}.callback:ControllerCallback.after_controller_start", "attr", "dead_run_requests",
@@ -317,13 +317,8 @@ ENTRIES: tuple[Entry, ...] = (
           "fresh_cluster_view,restart_markers", "launch/controller.py", "the controller's failure hook",
           CALLBACKS_PUBLIC, params=("self", "failure_decision")),
     # ---- restart_markers: the controller's phases of a restart, for the benchmarks (launch/controller.py)
-    Entry(f"{_TRAIN}.callback:WorkerGroupCallback", "attr", "restart_markers,checkpoint_copies", "launch/controller.py",
+    Entry(f"{_TRAIN}.callback:WorkerGroupCallback", "attr", "restart_markers", "launch/controller.py",
           "worker-group start and shutdown hooks", CALLBACKS_PUBLIC),
-    # ---- checkpoint_copies: the Train controller's report and end hooks (tracking/checkpoints.py)
-    Entry(f"{_TRAIN}.callback:ReportCallback", "attr", "checkpoint_copies", "tracking/checkpoints.py",
-          "each report's checkpoint, copied to MLflow from the controller", CALLBACKS_PUBLIC),
-    Entry(f"{_TRAIN}.callback:ReportCallback.after_report", "attr", "checkpoint_copies", "tracking/checkpoints.py",
-          "the report hook", CALLBACKS_PUBLIC, params=("self", "training_report", "metrics")),
     # ---- pbt_sync: synchronous PBT's private sync state (sweep/relay.py LastReportKeepsPBT)
     Entry("ray.tune.schedulers:PopulationBasedTraining", "member", "pbt_sync", "sweep/relay.py",
           "the sync point a synchronous PBT waits at", "PBT has no public view of its sync point",

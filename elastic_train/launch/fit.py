@@ -61,36 +61,32 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
         release_dead_runs_requests()  # and any other dead controller's (a driver killed before its first checkpoint)
     ledger = RunLedger.create(uuid.uuid4().hex)  # a fresh key: no earlier life's book is ours
     res = replace(res, ledger=ledger, log_floor=log_floor, run_folder=folder,
-                  callbacks=(*res.callbacks, *_tracking_callbacks(ctx, ledger)),
                   data_ref=res.data_ref if res.data_ref is not None else share_data(ctx.bundle))
     trainer = build_trainer(ctx, res)
     timeline.mark("trainer start")
-    result, error, status = _run(trainer)
-    ended = time.time()
+    with _checkpoint_copies(ctx) as copies:
+        result, error, status = _run(trainer)
+        ended = time.time()
     timeline.mark("fit")
-    book, book_error, copies = read_ledger(ledger)
-    return Outcome(result, error, book, status, ended=ended, book_error=book_error, tracking_copies=copies)
+    book, book_error = read_ledger(ledger)
+    return Outcome(result, error, book, status, ended=ended, book_error=book_error, tracking_copies=copies.tally)
 
 
-def read_ledger(ledger: RunLedger) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
-    """The fit's goodput book, why it could not be read (the summary then says its goodput is unknown: the wall
-    cannot be split without it), and the checkpoint copies' tally; then the fit's entries are deleted. What is lost
-    is written to the run's log, once."""
-    book = book_error = copies = None
+def read_ledger(ledger: RunLedger) -> tuple[dict[str, Any] | None, str | None]:
+    """The fit's goodput book and why it could not be read (the summary then says its goodput is unknown: the wall
+    cannot be split without it); then the fit's entries are deleted. What is lost is written to the run's log,
+    once."""
+    book = book_error = None
     try:
         book = ledger.get()
     except Exception as e:
         book_error = f"the goodput book could not be read ({type(e).__name__})"
         runlog.dropped("the goodput book: the summary's goodput is unknown", e)
     try:
-        copies = ledger.get_tracking_copies()
-    except Exception as e:
-        runlog.dropped("the tally of checkpoint copies into the tracking run", e)
-    try:
         ledger.drop()
     except Exception as e:
-        runlog.dropped(f"deleting this fit's ledger entries ({ledger.key}/ in the GCS key-value store)", e)
-    return book, book_error, copies
+        runlog.dropped(f"deleting this fit's ledger entries ({ledger.key}/)", e)
+    return book, book_error
 
 
 def _budget_spent(ctx: RunContext, progress: dict[str, Any]) -> bool:
@@ -108,16 +104,29 @@ def _budget_spent(ctx: RunContext, progress: dict[str, Any]) -> bool:
                                                                    "samples_seen")}))
 
 
-def _tracking_callbacks(ctx: RunContext, ledger: RunLedger) -> list[Any]:
-    """The backend's checkpoint-copying callback, when the run is tracked and asks for checkpoints; it leaves its
-    tally (copies sent and not) in the fit's ledger for the summary."""
+class _NoCopies:
+    tally: dict[str, Any] | None = None
+
+    def __enter__(self) -> _NoCopies:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _checkpoint_copies(ctx: RunContext) -> Any:
+    """The run's checkpoints copied into its tracking run while it trains (launch/copies.py), when the run is
+    tracked and asks for checkpoints and its backend keeps them; else nothing."""
     spec, t, c = ctx.tracking, ctx.cfg.tracking, ctx.cfg.checkpoint
-    if spec is None or t.log_checkpoints == ["none"] or not features.enabled("checkpoint_copies"):
-        return []
-    features.note("checkpoint_copies")
-    callback = backend_for(spec, ctx.home).checkpoint_callback(spec, t.log_checkpoints, c.score, c.score_mode,
-                                                               tally=ledger.put_tracking_copies)
-    return [callback] if callback is not None else []
+    if spec is None or t.log_checkpoints == ["none"]:
+        return _NoCopies()
+    copier = backend_for(spec, ctx.home).checkpoint_copier(spec, t.log_checkpoints, c.score, c.score_mode)
+    if copier is None:
+        return _NoCopies()
+    from elastic_train.launch.copies import CheckpointWatch
+    from elastic_train.launch.trainer import run_store
+
+    return CheckpointWatch(copier, run_store(ctx))
 
 
 def _run(trainer: Any) -> tuple[Any | None, BaseException | None, str]:

@@ -98,14 +98,6 @@ class RunLedger:
     def get_final(self) -> dict[str, Any] | None:
         return self._get(self._name("final"))
 
-    def put_tracking_copies(self, tally: dict[str, Any]) -> None:
-        """The checkpoint copies into the tracking run, as the Train controller's callback ends: how many were
-        sent and how many not (tracking/checkpoints.py). Sent at once; the driver reads it for the summary."""
-        self._put(self._name("copies"), pickle.dumps(tally))
-
-    def get_tracking_copies(self) -> dict[str, Any] | None:
-        return self._get(self._name("copies"))
-
     def drop(self) -> None:
         """Delete this fit's entries (the driver, once it has read them), or end its actor."""
         if self.actor is None:

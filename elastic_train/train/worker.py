@@ -173,11 +173,11 @@ def _unregistered_on_storage(registered: Checkpoint | None, fs: Any, root: str) 
     try:
         held = _held_by_ray_train()
         newer, garbage = [], []
-        for name in _checkpoint_folders(fs, root):
+        for name in checkpoint_folders(fs, root):
             if name == floor or (held is not None and name in held):
                 continue
             if name > floor and complete_on_storage(fs, f"{root}/{name}"):  # fixed-width steps: names sort by step
-                newer.append((name, _reported_metrics(fs, f"{root}/{name}")))
+                newer.append((name, reported_metrics(fs, f"{root}/{name}")))
             elif held is not None:
                 garbage.append(name)
     except Exception as e:
@@ -205,7 +205,7 @@ def _held_by_ray_train() -> set[str] | None:
     return {Path(r.checkpoint.path).name for r in held}
 
 
-def _checkpoint_folders(fs: Any, root: str) -> list[str]:
+def checkpoint_folders(fs: Any, root: str) -> list[str]:
     import pyarrow.fs
 
     listing = fs.get_file_info(pyarrow.fs.FileSelector(root, allow_not_found=True))
@@ -213,7 +213,7 @@ def _checkpoint_folders(fs: Any, root: str) -> list[str]:
                   if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith("checkpoint_"))
 
 
-def _reported_metrics(fs: Any, path: str) -> dict[str, Any]:
+def reported_metrics(fs: Any, path: str) -> dict[str, Any]:
     import json
 
     with fs.open_input_stream(f"{path}/meta.json") as f:

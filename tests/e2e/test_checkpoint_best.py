@@ -13,12 +13,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.subprocess]
 
 
 def test_an_unknown_earlier_best_is_not_taken_for_none(tmp_path):
-    from types import SimpleNamespace
-
     from mlflow.tracking import MlflowClient
 
     from tracking import open_backend
-    from tracking.checkpoints import BEST_SCORE_TAG, BEST_TAG, MlflowCheckpointCallback
+    from tracking.checkpoints import BEST_SCORE_TAG, BEST_TAG, CheckpointCopier
 
     server = MlflowServer(tmp_path / "server").start()
     try:
@@ -29,11 +27,11 @@ def test_an_unknown_earlier_best_is_not_taken_for_none(tmp_path):
         client.set_tag(spec.run_id, BEST_SCORE_TAG, "0.1")
         server.stop()  # away while this driver's callback starts
         worse, worse_still = _checkpoints(tmp_path / "storage", 2)
-        callback = MlflowCheckpointCallback(spec, ["best"], "val_loss", "min")
-        callback.after_report(SimpleNamespace(checkpoint=worse), [{"val_loss": 0.5}])
+        copier = CheckpointCopier(spec, ["best"], "val_loss", "min")
+        copier.offer(worse, {"val_loss": 0.5})
         server.start()
-        callback.after_report(SimpleNamespace(checkpoint=worse_still), [{"val_loss": 0.6}])
-        callback.flush(timeout_s=120)
+        copier.offer(worse_still, {"val_loss": 0.6})
+        copier.finish(timeout_s=120)
         tags = client.get_run(spec.run_id).data.tags
         assert (tags[BEST_TAG], tags[BEST_SCORE_TAG]) == ("checkpoint_000000004", "0.1"), tags
         assert client.list_artifacts(spec.run_id, "checkpoints") == []  # nothing replaced the earlier best

@@ -1,47 +1,40 @@
-"""The MLflow checkpoint callback starts its sender only on the Train controller, never in a worker.
-
-Ray Train hands every worker the run config, callbacks included: a callback that started its thread when
-unpickled made each worker import MLflow and run a sender thread beside training (issue 13, seen with py-spy).
-"""
+"""The run's checkpoint copies into MLflow (tracking/checkpoints.py), made on the driver: nothing of them in Ray
+Train's callbacks (the controller's hooks that saw each report are internal), nothing left behind, nothing lost
+without a word."""
 
 from __future__ import annotations
 
-import pickle
 import threading
 
 import pytest
 
 from tracking.base import TrackingSpec
-from tracking.checkpoints import MlflowCheckpointCallback
+from tracking.checkpoints import CheckpointCopier
 
 
-def _threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.is_alive()}
-
-
-@pytest.mark.slow  # seconds of CPU: make test, not the one-minute make test-fast
-def test_unpickling_starts_nothing_and_the_training_start_does(tmp_path):
+def test_the_copier_starts_its_thread_at_the_first_offer_and_nothing_before(tmp_path):
     spec = TrackingSpec(uri=f"sqlite:///{tmp_path / 'mlflow.db'}", run_id="0" * 32, experiment_id="0",
                         spool_path=str(tmp_path / "unsent.jsonl"))
-    before = _threads()
-    clone = pickle.loads(pickle.dumps(MlflowCheckpointCallback(spec, ["best", "last"], "val_loss", "min")))
-    assert clone._thread is None  # as a worker sees it: no thread, no MLflow import
-    assert "mlflow-checkpoints" not in _threads() - before
-
-    clone.after_controller_start(None)  # before the workers start: not yet (their start-up keeps the CPU)
-    assert clone._thread is None
-    clone.after_worker_group_training_start(None)  # what the controller calls once they run the train function
-    assert clone._thread is not None and clone._thread.is_alive()
-    assert clone.flush(timeout_s=60)["unsent"] == 0
-    assert not clone._thread.is_alive()
+    before = {t.name for t in threading.enumerate()}
+    copier = CheckpointCopier(spec, ["none"], "val_loss", "min")
+    copier.offer(object(), {"val_loss": 1.0})  # nothing to copy: no thread, no MLflow client
+    assert copier._thread is None and "mlflow-checkpoints" not in {t.name for t in threading.enumerate()} - before
+    assert copier.finish(timeout_s=5)["unsent"] == 0
 
 
-def test_nothing_to_copy_starts_no_thread_even_on_the_controller(tmp_path):
-    spec = TrackingSpec(uri=f"sqlite:///{tmp_path / 'mlflow.db'}", run_id="0" * 32, experiment_id="0",
-                        spool_path=str(tmp_path / "unsent.jsonl"))
-    clone = pickle.loads(pickle.dumps(MlflowCheckpointCallback(spec, ["none"], "val_loss", "min")))
-    clone.after_worker_group_training_start(None)
-    assert clone._thread is None
+def test_a_run_hands_ray_train_no_tracking_callback(tmp_path):
+    """The copies are the driver's: Ray Train's callbacks hold only the engine's own (none with the switch off)."""
+    import time
+    import types
+
+    from elastic_train import config
+    from elastic_train.launch.trainer import build_trainer
+    from elastic_train.train.warmup import WorkerWarmup
+
+    cfg = config.compose({}, config.parse_overrides([]))
+    ctx = types.SimpleNamespace(cfg=cfg, run_name="c", storage_path=str(tmp_path), use_gpu=False, tracking=None,
+                                fault=None, started=time.time(), embedded_ray=False)
+    assert {type(c) for c in build_trainer(ctx).run_config.callbacks} <= {WorkerWarmup}
 
 
 def _checkpoints(root, n: int) -> list:
@@ -70,7 +63,6 @@ def test_fifty_checkpoints_leave_no_copy_behind_and_a_failed_copy_is_said_once_a
     checkpoints/last is the 50th."""
     import json
     import tempfile
-    from types import SimpleNamespace
 
     from mlflow.tracking import MlflowClient
 
@@ -86,10 +78,10 @@ def test_fifty_checkpoints_leave_no_copy_behind_and_a_failed_copy_is_said_once_a
     import shutil
 
     shutil.rmtree(gone.path)
-    callback = MlflowCheckpointCallback(spec, ["all", "best", "last"], "val_loss", "min")
+    copier = CheckpointCopier(spec, ["all", "best", "last"], "val_loss", "min")
     for i, checkpoint in enumerate(checkpoints):
-        callback.after_report(SimpleNamespace(checkpoint=checkpoint), [{"val_loss": 1.0 / (i + 1)}])
-    result = callback.flush(timeout_s=120)
+        copier.offer(checkpoint, {"val_loss": 1.0 / (i + 1)})
+    result = copier.finish(timeout_s=120)
     warned = [r for r in caplog.records if "checkpoint_000000025" in r.getMessage()]
     assert len(warned) == 1 and warned[0].levelname == "WARNING", [r.getMessage() for r in caplog.records]
     assert result["unsent"] == 1, result

@@ -196,7 +196,7 @@ def test_artifacts_and_checkpoints_are_copied(backend: JsonlBackend, tmp_path: P
     assert (art / "a.txt").read_text() == "A" and (art / "sub" / "b.txt").read_text() == "B"
     assert (art / "plots" / "sub" / "b.txt").read_text() == "B"
     assert (art / "checkpoints" / "checkpoint_000001" / "a.txt").read_text() == "A"
-    assert backend.checkpoint_callback(spec, ["last"], "val_loss", "min") is None
+    assert backend.checkpoint_copier(spec, ["last"], "val_loss", "min") is None
 
 
 def test_environment_params(backend: JsonlBackend) -> None:
