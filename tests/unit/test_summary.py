@@ -39,8 +39,8 @@ def test_a_goodput_book_that_cannot_be_read_is_unknown_in_the_summary_and_said_i
     from tests.conftest import ROOT
 
     log = runlog.attach(tmp_path / "run")
-    book, book_error, copies = read_ledger(RunLedger("no-gcs-here"))
-    assert book is None and copies is None and "goodput book could not be read" in book_error
+    book, book_error = read_ledger(RunLedger("no-gcs-here"))
+    assert book is None and "goodput book could not be read" in book_error
     cfg = load(str(ROOT / "configs" / "digits.yaml"), [])
     ctx = RunContext(cfg, "r", tmp_path, str(tmp_path / "storage"), False, None, time.time() - 5.0)
     summary = summarize(ctx, Outcome(None, None, book, "FINISHED", ended=time.time(), book_error=book_error,
