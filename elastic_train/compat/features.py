@@ -52,8 +52,6 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "(cluster/local scripts export it)"),
     Feature("warm_spares", "a restarted worker group starts on processes that have imported torch (recovery "
             "0.28x of bare Ray Train)", "Ray starts new worker processes at every restart"),
-    Feature("gcs_ledger", "the run's goodput book in the GCS's key-value store: no actor process per run",
-            "a ledger actor (one Python process per run)"),
     Feature("sweep_reaper", "a stopped trial's placement group removed at once without the dashboard "
             "(ray#54305); Ray Train's per-trial PlacementGroupCleaner left out",
             "Ray Train's PlacementGroupCleaner (needs the dashboard's state API)"),
@@ -65,8 +63,7 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
             "RAY_DEDUP_LOGS_SKIP_REGEX drops Ray's known-benign lines; multi-line blocks print whole",
             default=False),
     Feature("lean_callbacks", "no DatasetManager process per worker-group start, no PlacementGroupCleaner where "
-            "the driver reaps (~3 s of CPU per sweep trial on 2 cores)", "Ray Train's default callbacks",
-            since="2.56", default=False),
+            "the driver reaps (~3 s of CPU per sweep trial on 2 cores)", "Ray Train's default callbacks"),
     Feature("light_controller", "the Train controller does not import torch (1.6 s per run and per trial)",
             "Ray's TorchConfig", since="2.60", default=False),
     Feature("elastic_trials", "an elastic sweep trial starts at its minimum and grows into what stopped trials "

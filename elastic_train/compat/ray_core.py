@@ -152,35 +152,35 @@ def wrap_raylet_message_printer(wrap: Any) -> bool:
     return True
 
 
-# ---- gcs_ledger: the GCS's key-value store (train/ledger.py, launch/reservations.py) ---------------------------
+# ---- dead_run_requests: the GCS's key-value store (launch/reservations.py) ----------------------------------
 # Ray's libraries keep small cluster-wide state there (Tune, Serve, runtime envs). The public face,
 # ``ray.experimental.internal_kv._internal_kv_put`` and friends, takes no timeout; the client under it does.
 
 
 def kv_put(key: bytes, value: bytes, namespace: bytes, timeout_s: float) -> None:
     """Store ``value`` under ``key`` (overwriting). Raises on a GCS that does not answer within ``timeout_s``."""
-    note_entries("gcs_ledger", "internal_kv_get_gcs_client", "internal_kv_put")
+    note_entries("dead_run_requests", "internal_kv_get_gcs_client", "internal_kv_put")
     from ray.experimental.internal_kv import internal_kv_get_gcs_client
 
     internal_kv_get_gcs_client().internal_kv_put(key, value, overwrite=True, namespace=namespace, timeout=timeout_s)
 
 
 def kv_get(key: bytes, namespace: bytes, timeout_s: float) -> bytes | None:
-    note_entries("gcs_ledger", "internal_kv_get_gcs_client", "internal_kv_get")
+    note_entries("dead_run_requests", "internal_kv_get_gcs_client", "internal_kv_get")
     from ray.experimental.internal_kv import internal_kv_get_gcs_client
 
     return internal_kv_get_gcs_client().internal_kv_get(key, namespace=namespace, timeout=timeout_s)
 
 
 def kv_delete_prefix(prefix: bytes, namespace: bytes, timeout_s: float) -> None:
-    note_entries("gcs_ledger", "internal_kv_get_gcs_client", "internal_kv_del")
+    note_entries("dead_run_requests", "internal_kv_get_gcs_client", "internal_kv_del")
     from ray.experimental.internal_kv import internal_kv_get_gcs_client
 
     internal_kv_get_gcs_client().internal_kv_del(prefix, del_by_prefix=True, namespace=namespace, timeout=timeout_s)
 
 
 def kv_keys(prefix: bytes, namespace: bytes, timeout_s: float) -> list[bytes]:
-    note_entries("gcs_ledger", "internal_kv_get_gcs_client", "internal_kv_keys")
+    note_entries("dead_run_requests", "internal_kv_get_gcs_client", "internal_kv_keys")
     from ray.experimental.internal_kv import internal_kv_get_gcs_client
 
     return internal_kv_get_gcs_client().internal_kv_keys(prefix, namespace=namespace, timeout=timeout_s)

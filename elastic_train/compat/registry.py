@@ -121,21 +121,21 @@ ENTRIES: tuple[Entry, ...] = (
           "compat/ray_core.py (prestart_workers, gcs_channel)", "a channel to a raylet or the GCS as Ray's own "
           "clients open it (TLS and auth settings included)", "grpc.insecure_channel ignores Ray's TLS settings",
           params=("address", "options", "asynchronous", "credentials")),
-    # ---- gcs_ledger: the run's ledger in the GCS's key-value store (train/ledger.py)
-    Entry("ray.experimental.internal_kv:internal_kv_get_gcs_client", "attr", "gcs_ledger,dead_run_requests",
-          "train/ledger.py (compat.ray_core)", "the run's ledger (goodput book, final metrics) in the GCS: no "
-          "actor process of its own", "ray.experimental.internal_kv's _internal_kv_* take no timeout (every wait "
-          "bounded); a named actor costs a process per run", params=()),
-    Entry("ray._raylet:InnerGcsClient.internal_kv_put", "call", "gcs_ledger,dead_run_requests",
+    # ---- dead_run_requests: live Train controllers recorded in the GCS's key-value store (launch/reservations.py)
+    Entry("ray.experimental.internal_kv:internal_kv_get_gcs_client", "attr", "dead_run_requests",
+          "launch/reservations.py (compat.ray_core)", "each elastic run's controller and Train run, recorded at its "
+          "start", "ray.experimental.internal_kv's _internal_kv_* take no timeout (every wait bounded); a named "
+          "actor costs a process", params=()),
+    Entry("ray._raylet:InnerGcsClient.internal_kv_put", "call", "dead_run_requests",
           "compat/ray_core.py kv_put",
           "as above", "as above", params=("key", "value", "overwrite", "namespace", "timeout")),
-    Entry("ray._raylet:InnerGcsClient.internal_kv_get", "call", "gcs_ledger,dead_run_requests",
+    Entry("ray._raylet:InnerGcsClient.internal_kv_get", "call", "dead_run_requests",
           "compat/ray_core.py kv_get",
           "as above", "as above", params=("key", "namespace", "timeout")),
-    Entry("ray._raylet:InnerGcsClient.internal_kv_del", "call", "gcs_ledger,dead_run_requests",
+    Entry("ray._raylet:InnerGcsClient.internal_kv_del", "call", "dead_run_requests",
           "compat/ray_core.py kv_delete_prefix",
           "as above", "as above", params=("key", "del_by_prefix", "namespace", "timeout")),
-    Entry("ray._raylet:InnerGcsClient.internal_kv_keys", "call", "gcs_ledger,dead_run_requests",
+    Entry("ray._raylet:InnerGcsClient.internal_kv_keys", "call", "dead_run_requests",
           "compat/ray_core.py kv_keys",
           "the Train runs whose controller may have died (launch/reservations.py)", "as above",
           params=("prefix", "namespace", "timeout")),
@@ -201,24 +201,12 @@ ENTRIES: tuple[Entry, ...] = (
           "a call through anything else would bypass the wrapper", value="print_to_stdstream"),
     # ---- lean_callbacks: Ray Train's default callbacks with fewer helper processes (launch/controller.py)
     Entry("ray.train.torch:TorchTrainer._create_default_callbacks", "override", "lean_callbacks", "launch/trainer.py",
-          "Ray Train's callbacks less a DatasetManager without datasets and a PlacementGroupCleaner where the "
-          "driver reaps", "no public way to leave out a default callback", params=("self",),
-          ours="elastic_train.launch.trainer:_Trainer"),
-    Entry("ray.train.torch:TorchTrainer", "member", "lean_callbacks", "launch/trainer.py",
-          "passed to our DatasetsCallback", "as above", value="train_run_context"),
-    Entry("ray.train.torch:TorchTrainer", "member", "lean_callbacks", "launch/trainer.py",
-          "passed to our DatasetsCallback", "as above", value="datasets"),
+          "Ray Train's callbacks less a DatasetManager where no Ray Data is read and a PlacementGroupCleaner where "
+          "the driver reaps", "no public way to leave out a default callback (RunConfig.callbacks only adds)",
+          params=("self",), ours="elastic_train.launch.trainer:_Trainer"),
     Entry("ray.train.v2._internal.callbacks.datasets:DatasetsCallback", "attr", "lean_callbacks",
-          "launch/controller.py (compat.ray_train)", "the callback DatasetsWithoutManager replaces", "as above",
-          params=("train_run_context", "datasets")),
-    Entry("ray.train.v2._internal.callbacks.datasets:DatasetsCallback.before_init_train_context", "override",
-          "lean_callbacks", "launch/controller.py", "no DatasetManager actor when the trainer has no datasets",
-          "as above", params=("self", "workers"), ours="elastic_train.launch.controller:DatasetsWithoutManager"),
-    Entry("ray.train.v2._internal.callbacks.datasets:DatasetsCallback", "member", "lean_callbacks",
-          "launch/controller.py", "read by our before_init_train_context", "as above", value="_datasets"),
-    Entry("ray.train.v2._internal.callbacks.datasets:DatasetsCallback", "member", "lean_callbacks",
-          "launch/controller.py", "set by our before_init_train_context (None: nothing to shut down)", "as above",
-          value="_dataset_shard_provider"),
+          "launch/controller.py (compat.ray_train)", "the callback left out of a run that reads no Ray Data",
+          "as above"),
     Entry("ray.train.v2._internal.callbacks.placement_group_callback:PlacementGroupCleanerCallback", "attr",
           "lean_callbacks", "launch/controller.py (compat.ray_train)", "left out where the driver reaps",
           "as above"),

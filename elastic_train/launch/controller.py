@@ -12,12 +12,13 @@ its view of the nodes on a 20 s tick. After a host is lost or cut off, the next 
 (its own ``recompute=True`` path, which Ray uses before it pins nodes) when the controller handles a failure, so the
 next group is sized on the nodes alive now.
 
-**No DatasetManager without datasets** (feature ``lean_callbacks``, off by default). At every worker-group start
+**No DatasetManager without Ray Data** (feature ``lean_callbacks``). At every worker-group start
 (each run, each restart, each sweep trial) Ray Train's ``DatasetsCallback`` creates a ``DatasetManager`` actor, a
 new Python process importing Ray and Ray Data, to hand out shards of the trainer's ``datasets``. This engine passes
 none (its data reaches the workers through the object store, or streamed splits rank 0 builds: data/stream.py), so
-that process only took a core for a second beside the workers starting up. :class:`DatasetsWithoutManager` starts it
-only when there are datasets; the DataContext still reaches the workers as before.
+that process only took a core for a second beside the workers starting up. :func:`leaner_default_callbacks` leaves
+that callback out of a run that reads no Ray Data (a run that does keeps it: its DataContext reaches the workers
+through it).
 
 **No PlacementGroupCleaner where the caller reaps** (``lean_callbacks`` too). Ray Train starts a detached
 ``PlacementGroupCleaner`` actor per run (one more process: ~1.8 s of CPU, measured per sweep trial on 2 cores) to
@@ -85,35 +86,15 @@ class FreshClusterView(ControllerCallback):
                         "group is sized on its view of up to 20 s ago", e)
 
 
-class NoDatasets:
-    """Each worker's dataset shard provider when the trainer has no datasets: any shard asked for is missing."""
-
-    def get_dataset_shard(self, dataset_info: Any) -> Any:
-        raise KeyError(f"Dataset shard for '{dataset_info.dataset_name}' not found: this trainer has no datasets")
-
-
-class DatasetsWithoutManager(DatasetsCallback):
-    """Ray's ``DatasetsCallback``, less its DatasetManager actor when there are no datasets (module docstring)."""
-
-    def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
-        if self._datasets:
-            return super().before_init_train_context(workers)
-        self._dataset_shard_provider = None  # nothing to shut down at the group's end
-        return {"dataset_shard_provider": [NoDatasets()] * len(workers)}
-
-
-def leaner_default_callbacks(callbacks: list[Any], train_run_context: Any, datasets: Any, *,
-                             keep_pg_cleaner: bool) -> list[Any]:
-    """Ray Train's default callbacks, its DatasetsCallback replaced by a :class:`DatasetsWithoutManager`, and its
-    PlacementGroupCleanerCallback left out unless ``keep_pg_cleaner`` (module docstring)."""
-    out = []
-    for cb in callbacks:
-        if type(cb) is DatasetsCallback:
-            cb = DatasetsWithoutManager(train_run_context=train_run_context, datasets=datasets)
-        elif type(cb) is PlacementGroupCleanerCallback and not keep_pg_cleaner:
-            continue
-        out.append(cb)
-    return out
+def leaner_default_callbacks(callbacks: list[Any], *, keep_datasets: bool, keep_pg_cleaner: bool) -> list[Any]:
+    """Ray Train's default callbacks less its DatasetsCallback unless ``keep_datasets`` (a run that reads Ray Data:
+    its DataContext reaches the workers through it) and less its PlacementGroupCleanerCallback unless
+    ``keep_pg_cleaner`` (module docstring). Ray Train's worker takes no dataset shard provider then: this engine
+    asks for no dataset shard."""
+    drop = {DatasetsCallback} if not keep_datasets else set()
+    if not keep_pg_cleaner:
+        drop.add(PlacementGroupCleanerCallback)
+    return [cb for cb in callbacks if type(cb) not in drop]
 
 
 class RestartPhases(ControllerCallback, WorkerGroupCallback):

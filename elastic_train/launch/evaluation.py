@@ -71,10 +71,10 @@ def _from_checkpoint(checkpoint: str) -> tuple[torch.nn.Module, dict, dict]:
 def run_evaluation(ctx: RunContext, model: torch.nn.Module) -> dict[str, Any]:
     """Evaluate on the cluster; returns the aggregated validation metrics."""
     from elastic_train.launch.fit import share_data
-    from elastic_train.launch.trainer import build_evaluator
+    from elastic_train.launch.trainer import build_evaluator, run_store
     from elastic_train.train.ledger import RunLedger
 
-    ledger = RunLedger(uuid.uuid4().hex)
+    ledger = RunLedger(uuid.uuid4().hex, run_store(ctx))
     evaluator = build_evaluator(
         ctx, weights_ref=ray.put(weights_of(model)), data_ref=share_data(ctx.bundle), ledger=ledger
     )

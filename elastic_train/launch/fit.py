@@ -41,7 +41,7 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
     fit gets a ledger of its own (train/ledger.py), the log floor of a resumed run is read, and the run's tracking
     callbacks join the caller's."""
     from elastic_train.launch.reservations import release_dead_runs_requests, release_stale_reservation
-    from elastic_train.launch.trainer import build_trainer
+    from elastic_train.launch.trainer import build_trainer, run_store
 
     folder = str(local_run_folder(ctx))
     runlog.attach(folder)  # what this run lets go, once each (elastic_train/runlog.py)
@@ -59,7 +59,7 @@ def fit(ctx: RunContext, resources: RunResources | None = None) -> Outcome:
         if latest:  # a killed driver's Train run keeps the workers' resources reserved for 180 s otherwise
             release_stale_reservation(latest[1].get("ray_train_run_id"))
         release_dead_runs_requests()  # and any other dead controller's (a driver killed before its first checkpoint)
-    ledger = RunLedger.create(uuid.uuid4().hex)  # a fresh key: no earlier life's book is ours
+    ledger = RunLedger(uuid.uuid4().hex, run_store(ctx))  # a fresh key: no earlier life's book is ours
     res = replace(res, ledger=ledger, log_floor=log_floor, run_folder=folder,
                   data_ref=res.data_ref if res.data_ref is not None else share_data(ctx.bundle))
     trainer = build_trainer(ctx, res)

@@ -74,6 +74,7 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
     )
     trainer.scaling_policy = res.scaling_policy
     trainer.placement_groups_reaped = res.placement_groups_reaped or ctx.embedded_ray
+    trainer.ray_data = cfg.data.name == "ray"
     return trainer
 
 
@@ -116,13 +117,14 @@ class _Trainer(TorchTrainer):
 
     scaling_policy: Any | None = None
     placement_groups_reaped: bool = False
+    ray_data: bool = True  # the run reads Ray Data (data.name=ray): Ray Train's DatasetsCallback stays
 
     def _create_default_callbacks(self) -> list[Any]:
         callbacks = super()._create_default_callbacks()
         if not features.enabled("lean_callbacks"):
             return callbacks
         features.note("lean_callbacks")
-        return leaner_default_callbacks(callbacks, self.train_run_context, self.datasets,
+        return leaner_default_callbacks(callbacks, keep_datasets=self.ray_data,
                                         keep_pg_cleaner=not self.placement_groups_reaped)
 
     def _initialize_and_run_controller(self, **controller_init_kwargs: Any) -> Any:
@@ -156,6 +158,7 @@ def build_evaluator(ctx: RunContext, *, weights_ref: Any, data_ref: Any, ledger:
         run_config=_run_config(ctx, worker_runtime_env={"env_vars": features.process_env()}),
     )
     trainer.placement_groups_reaped = ctx.embedded_ray
+    trainer.ray_data = cfg.data.name == "ray"
     return trainer
 
 

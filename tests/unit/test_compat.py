@@ -99,10 +99,10 @@ def test_the_switch_turns_every_feature_off_and_names_what_it_knows(monkeypatch)
 
 def test_a_traced_part_that_names_no_entry_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv(features.TRACE_ENV, str(tmp_path / "trace"))
-    features.note_entries("gcs_ledger", "internal_kv_get")
+    features.note_entries("dead_run_requests", "internal_kv_get")
     assert "internal_kv_get" in (tmp_path / "trace").read_text()
-    with pytest.raises(KeyError, match="no registry entry of gcs_ledger"):
-        features.note_entries("gcs_ledger", "internal_kv_gets")
+    with pytest.raises(KeyError, match="no registry entry of dead_run_requests"):
+        features.note_entries("dead_run_requests", "internal_kv_gets")
 
 
 # ---- the canary sees every internal, not only imports (issue 50 item 6) ---------------------------------------

@@ -1,6 +1,7 @@
-"""Ray Train's default callbacks, leaner (launch/controller.py): no DatasetManager actor without datasets, and no
-PlacementGroupCleaner where the caller reaps the run's placement groups (a sweep's trials). Each was one more
-Python process per run (per sweep trial, per restart for the first)."""
+"""Ray Train's default callbacks, leaner (launch/controller.py, feature ``lean_callbacks``): no DatasetManager
+actor in a run that reads no Ray Data, and no PlacementGroupCleaner where the caller reaps the run's placement
+groups (a sweep's trials, an embedded Ray). Each was one more Python process per run (per sweep trial, per restart
+for the first)."""
 
 from __future__ import annotations
 
@@ -8,55 +9,42 @@ import pytest
 from ray.train import RunConfig, ScalingConfig
 
 from elastic_train.compat.ray_train import DatasetsCallback, PlacementGroupCleanerCallback
-from elastic_train.launch.controller import DatasetsWithoutManager, NoDatasets
 from elastic_train.launch.trainer import _Trainer
 
 
 @pytest.fixture(autouse=True)
-def _lean(monkeypatch):
-    """The feature is off by default (compat/features.py): these tests turn it on."""
+def _on(monkeypatch):
     from elastic_train.compat import features
 
-    monkeypatch.setenv(features.SWITCH_ENV, "lean_callbacks,no_preemption_watcher")
+    monkeypatch.setenv(features.SWITCH_ENV, "on")
+
+
+def _callbacks(tmp_path, reaped: bool, ray_data: bool = False) -> list:
+    trainer = _Trainer(lambda: None, scaling_config=ScalingConfig(num_workers=1),
+                       run_config=RunConfig(name="lean", storage_path=str(tmp_path)))
+    trainer.placement_groups_reaped, trainer.ray_data = reaped, ray_data
+    return [type(cb) for cb in trainer._create_default_callbacks()]
 
 
 def test_the_public_path_keeps_rays_default_callbacks(tmp_path, monkeypatch):
     from elastic_train.compat import features
 
-    monkeypatch.setenv(features.SWITCH_ENV, "on")
-    kinds = [type(cb) for cb in _callbacks(tmp_path, reaped=True)]
+    monkeypatch.setenv(features.SWITCH_ENV, "off")
+    kinds = _callbacks(tmp_path, reaped=True)
     assert DatasetsCallback in kinds and PlacementGroupCleanerCallback in kinds
 
 
-def _callbacks(tmp_path, reaped: bool) -> list:
-    trainer = _Trainer(lambda: None, scaling_config=ScalingConfig(num_workers=1),
-                       run_config=RunConfig(name="lean", storage_path=str(tmp_path)))
-    trainer.placement_groups_reaped = reaped
-    return trainer._create_default_callbacks()
+def test_a_run_on_its_own_keeps_rays_cleaner_and_a_run_without_ray_data_no_datasets_callback(tmp_path):
+    kinds = _callbacks(tmp_path, reaped=False)
+    assert DatasetsCallback not in kinds and PlacementGroupCleanerCallback in kinds
 
 
-def test_a_run_on_its_own_keeps_rays_cleaner_and_hands_out_datasets_without_a_manager(tmp_path):
-    callbacks = _callbacks(tmp_path, reaped=False)
-    kinds = [type(cb) for cb in callbacks]
-    assert DatasetsWithoutManager in kinds and DatasetsCallback not in kinds
-    assert PlacementGroupCleanerCallback in kinds
-    datasets = next(cb for cb in callbacks if isinstance(cb, DatasetsWithoutManager))
-    providers = datasets.before_init_train_context(workers=[object(), object()])["dataset_shard_provider"]
-    assert len(providers) == 2 and all(isinstance(p, NoDatasets) for p in providers)
-    datasets.after_worker_group_shutdown(None)  # nothing was started, so nothing to shut down (no error)
+def test_a_run_that_reads_ray_data_keeps_the_datasets_callback_its_data_context_travels_by(tmp_path):
+    assert DatasetsCallback in _callbacks(tmp_path, reaped=True, ray_data=True)
 
 
 def test_a_sweep_trial_starts_no_placement_group_cleaner(tmp_path):
-    kinds = [type(cb) for cb in _callbacks(tmp_path, reaped=True)]
-    assert PlacementGroupCleanerCallback not in kinds and DatasetsWithoutManager in kinds
-
-
-def test_asking_for_a_dataset_the_trainer_does_not_have_names_it():
-    class Info:
-        dataset_name = "train"
-
-    with pytest.raises(KeyError, match="'train' not found"):
-        NoDatasets().get_dataset_shard(Info())
+    assert PlacementGroupCleanerCallback not in _callbacks(tmp_path, reaped=True)
 
 
 def test_an_embedded_ray_run_starts_neither_cleaner_nor_preemption_watcher_and_a_cluster_run_keeps_both(
