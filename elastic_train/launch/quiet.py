@@ -367,6 +367,9 @@ LOST_HOST_LINES = re.compile(
     r"|:info_message: Attempting to recover \d+ lost objects"
     r"|gcs_placement_group_scheduler\.cc:\d+: Failed to remove \d+ bundle"
     r"|^Raylet is terminated\. Termination is unexpected\."
+    # a cut-off host's raylet, back, learns the head declared it dead and exits (C++ FATAL): the run already went
+    # on without it, and cluster/local's --rejoin joins it again
+    r"|GCS consider this node to be dead\.|has mistakenly been marked as dead by the GCS"
     r"|\[state-dump\]|memory_monitor_utils\.cc:\d+: Got negative used memory"
     # a raylet's C++ stack trace under its FATAL (the FATAL line itself, which says why, stays)
     r"|\*\*\* StackTrace Information \*\*\*|^\s*\S+\(\S*\+0x[0-9a-f]+\) \[0x[0-9a-f]+\]"

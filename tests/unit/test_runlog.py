@@ -26,15 +26,19 @@ def test_a_line_once_per_key_in_the_run_log_not_on_the_console(run_log, capfd):
     assert capfd.readouterr().err == ""
 
 
-def test_a_goodput_book_the_gcs_did_not_take_is_logged_and_flush_says_so(run_log):
+def test_a_goodput_book_storage_did_not_take_is_logged_and_flush_says_so(run_log, tmp_path):
     """Before: the sender's ``except Exception: pass`` dropped the book, and flush() said True, so the end of an
     attempt believed the driver would read its final book."""
+    import pyarrow.fs
+
     from elastic_train.train.ledger import RunLedger, _Sender
 
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the run's folder should be")
     sender = _Sender()
-    sender.post(RunLedger("k"), b"k/book", b"x")  # no Ray here: the GCS cannot be reached
+    sender.post(RunLedger("k", (pyarrow.fs.LocalFileSystem(), str(blocked))), "book", b"x")
     assert sender.flush(10.0) is False
-    assert "dropped: a goodput book for the GCS key-value store (k/book)" in run_log.read_text()
+    assert "dropped: a goodput book for the run's ledger in storage (k.book)" in run_log.read_text()
 
 
 def test_reservations_that_cannot_be_released_are_logged_once(run_log):
