@@ -77,8 +77,10 @@ def test_preempt_shrink_grow_and_see_every_sample_once(cluster, home, monkeypatc
     summary_path = home / "summary.json"
     storage = home / "store"
     # Stretch the run (0.1 s per step) while nodes come and go: Ray's autoscaling coordinator sees cluster
-    # changes on a 20 s tick, so shrinking and growing each take up to ~30 s.
-    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", "delay=0.1")
+    # changes on a 20 s tick, so shrinking and growing each take up to ~30 s. Once it has grown back, the rest of
+    # the run goes at full speed (the fault's delay_until: the file below).
+    fast = home / "fast"
+    monkeypatch.setenv("ELASTIC_TRAIN_FAULT", f"delay=0.1,delay_until={fast}")
     driver, result = start_elastic_run("elastic", str(storage), trace, summary_path,
                                        f"train.epochs={EPOCHS}", "train.global_batch_size=32")
 
@@ -97,7 +99,11 @@ def test_preempt_shrink_grow_and_see_every_sample_once(cluster, home, monkeypatc
     cluster.remove_node(doomed)
     wait_for(lambda: any(r["world_size"] == 1 for r in read_trace(trace)), 120, "1-worker training")
     # phase 4: capacity returns -> the run grows back to two workers
+    t_grow = time.time()
     cluster.add_node(num_cpus=1)
+    wait_for(lambda: any(r["world_size"] == 2 and r["t"] > t_grow for r in read_trace(trace)), 240,
+             "2-worker training again")
+    fast.touch()  # what the test waited for is seen: the remaining steps go undelayed
     driver.join(timeout=400)
     assert not driver.is_alive(), "the run did not finish"
     assert result["rc"] == 0
