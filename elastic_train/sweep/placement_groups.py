@@ -75,11 +75,26 @@ def settle(timeout_s: float = 15.0) -> None:
         return
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        started = time.perf_counter()
         OrphanedPlacementGroupReaper.removed.extend(remove_orphaned_placement_groups())
         ended = end_stranded_cleaners()
+        count_scan(started)
         if not ended and not actor_created_placement_groups():
             return
         time.sleep(0.5)
+
+
+def count_scan(started: float) -> None:
+    """Count one scan that began at ``started`` (``time.perf_counter``): bench/scan_cost.py reports their share of
+    a sweep's wall on a cluster whose actor table holds thousands of other jobs' dead actors."""
+    OrphanedPlacementGroupReaper.scans["count"] += 1
+    OrphanedPlacementGroupReaper.scans["seconds"] += time.perf_counter() - started
+
+
+def scan_totals() -> dict[str, float]:
+    """Every scan so far in this process: ``{"count", "seconds"}``."""
+    return {"count": int(OrphanedPlacementGroupReaper.scans["count"]),
+            "seconds": round(OrphanedPlacementGroupReaper.scans["seconds"], 4)}
 
 
 def actor_created_placement_groups(job_id: str | None = None) -> list[str]:
@@ -125,6 +140,8 @@ class OrphanedPlacementGroupReaper(Callback):
     ``busy_s`` after it, until its controller's death shows), every ``idle_every_s`` otherwise, and at the end."""
 
     removed: list[str] = []  # every id removed in this process (class-level: Tune may restore a pickled copy)
+    # every scan in this process and the seconds they took (the sweep's summary: ``placement_group_scans``)
+    scans: dict[str, float] = {"count": 0, "seconds": 0.0}
 
     def __init__(self, every_s: float = 2.0, expected: bool = False, busy_s: float = 30.0,
                  idle_every_s: float = 30.0, release_requests: bool = False):
@@ -137,8 +154,6 @@ class OrphanedPlacementGroupReaper(Callback):
         # expected: the scheduler pauses trials as a matter of course (PBT: every exploit, and every trial
         # waiting at a sync point, ends a trial's Ray Train run), so each pause leaves a group: no warning.
         self.expected = expected
-        self.scans = 0
-        self.scan_s = 0.0  # time spent scanning (bench/sweep_cost.py reports its share of the sweep's wall)
 
     def reap(self) -> None:
         started = time.perf_counter()
@@ -151,8 +166,7 @@ class OrphanedPlacementGroupReaper(Callback):
             log.warning("could not scan placement groups: %s", e)
             return
         finally:
-            self.scans += 1
-            self.scan_s += time.perf_counter() - started
+            count_scan(started)
         if removed:
             (log.debug if getattr(self, "expected", False) else log.warning)(
                 "removed %d placement group(s) left by stopped trials (ray#54305)", len(removed))

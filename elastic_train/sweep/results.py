@@ -317,6 +317,8 @@ def finish_parent(plan: SweepPlan, summary: dict[str, Any], rows: list[TrialRow]
 
 
 def summarize(plan: SweepPlan, rows: list[TrialRow], reclaimed: list[str], limit: int | None) -> dict[str, Any]:
+    from elastic_train.sweep.placement_groups import scan_totals
+
     s, parent = plan.cfg.sweep, plan.ctx.tracking
     top = best_row(rows, s.mode)
     best = None
@@ -341,6 +343,8 @@ def summarize(plan: SweepPlan, rows: list[TrialRow], reclaimed: list[str], limit
         "mlflow_parent_run_id": parent.run_id if parent else None,
         "tracking_uri": parent.uri if parent else None,
         "placement_groups_reclaimed": len(reclaimed),
+        # the reaper's scans of the GCS (feature sweep_reaper; none without it): how many, and their seconds
+        "placement_group_scans": scan_totals(),
     }
 
 

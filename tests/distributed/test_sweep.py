@@ -456,8 +456,7 @@ def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_
     assert (row["lr_schedule"], row["cloned_from"]) == (expected, f"{donor}@{at_step}")
 
 
-@pytest.mark.long  # ~7 min at load 30 on 2 cores; the strong trial must outlive the weak one's start and stop
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(1500)  # ~7 min at load 30 on 2 cores: the strong trial must outlive the weak one's start and stop
 @pytest.mark.long  # ~2 min; its timing (the weak trial held back until the strong one checkpoints) once let the
 # weak trial start while the strong one was between worker groups (it got 2 workers); tests/cluster covers growth.
 # Run after this file's other sweeps it used to fail: their killed Train controllers (PBT pauses, a failing trial,
