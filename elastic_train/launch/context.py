@@ -168,7 +168,8 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
                                 category=FutureWarning)
         if target.embedded:
             embedded_ray_env()
-            ray.init(address="local", **kwargs)  # never "auto": it would follow a stale ray_current_cluster again
+            # never "auto": it would follow a stale ray_current_cluster again
+            ray.init(address="local", include_dashboard=embedded_dashboard(), **kwargs)
         else:
             reach.check_auth(target)  # a token mismatch: exit 2 in seconds, not 20 s of InvalidAuthToken lines
             try:
@@ -186,12 +187,26 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
 # user exported wins). Ray starts every worker process at niceness 15 (RayConfig ``worker_niceness``): a training
 # worker that fills the cores then loses each time slice to any nice-0 process that wakes up, and with intra-op
 # threads one preempted thread stalls the op (on 2 cores, the MLP at 0.69 of a plain loop, the small GPT at 0.86).
-EMBEDDED_RAY_ENV = {"RAY_worker_niceness": "0"}
+# An embedded Ray serves one run on one machine: no usage report to Anyscale (``RAY_USAGE_STATS_ENABLED``) and no
+# Prometheus metrics that nothing scrapes (``enable_metrics_collection``); both are periodic work beside the
+# training worker on every node process (docs/benchmarks.md, "Embedded Ray").
+EMBEDDED_RAY_ENV = {"RAY_worker_niceness": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0"}
 
 
 def embedded_ray_env() -> None:
     for name, value in EMBEDDED_RAY_ENV.items():
         os.environ.setdefault(name, value)
+
+
+def embedded_dashboard() -> bool:
+    """Whether an embedded Ray starts its dashboard (``ray.init(include_dashboard=...)``): only where something
+    of the run may need its state API, which is Ray Train's ``PlacementGroupCleaner`` when it is kept (without the
+    internal feature ``lean_callbacks``, or a sweep's trials without ``sweep_reaper``). The dashboard and its agent
+    are two more Python processes polling beside the worker; for Ray's dashboard, start a head
+    (``cluster/local/start-head.sh``) and run against it."""
+    from elastic_train.compat import features
+
+    return not (features.enabled("lean_callbacks") and features.enabled("sweep_reaper"))
 
 
 @contextmanager

@@ -73,7 +73,8 @@ def build_trainer(ctx: RunContext, resources: RunResources | None = None) -> Tor
         ),
     )
     trainer.scaling_policy = res.scaling_policy
-    trainer.placement_groups_reaped = res.placement_groups_reaped or ctx.embedded_ray
+    reaped = res.placement_groups_reaped
+    trainer.placement_groups_reaped = ctx.embedded_ray if reaped is None else reaped
     trainer.ray_data = cfg.data.name == "ray"
     return trainer
 

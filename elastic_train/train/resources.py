@@ -23,9 +23,10 @@ class RunResources:
     # The driver's side only (never sent to workers):
     callbacks: tuple[Any, ...] = ()  # Ray Train callbacks beyond the engine's own (Tune's report callback)
     scaling_policy: Any | None = None  # ScalingConfig -> Ray Train scaling policy, instead of Ray's (elastic trial)
-    # The caller removes the run's placement group when its controller dies (a sweep's reaper,
-    # sweep/placement_groups.py): the run starts no Ray PlacementGroupCleaner (launch/controller.py)
-    placement_groups_reaped: bool = False
+    # Whether the caller removes the run's placement group when its controller dies (a sweep's reaper,
+    # sweep/placement_groups.py): then the run starts no Ray PlacementGroupCleaner (launch/controller.py). A sweep
+    # says either way; None (a run of its own): reaped when its Ray is embedded (one node, which ends with the run).
+    placement_groups_reaped: bool | None = None
 
     def for_workers(self) -> RunResources:
         """What every worker gets: the driver-only fields left out."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -94,3 +95,17 @@ def wait_for(ready, timeout_s: float, what: str, job: Job | None = None) -> None
             tail = job.console()[-3000:] if job else ""
             pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}\n{tail}")
         time.sleep(0.5)
+
+
+# What a lost or cut-off host made Ray print (issue 51, item 9): the raylet's and the GCS's C++ log lines
+# ("file.cc:123:"), a raylet's "[state-dump]" tail and "Raylet is terminated" block, the driver's lost-object
+# notices. The project's own lines say what happened instead; the job's console holds none of these.
+RAY_CHATTER = re.compile(
+    r"\b\w+\.cc:\d+:|\[state-dump\]|Raylet is terminated|has been marked dead because the detector"
+    r"|Attempting to recover \d+ lost objects|Failed to remove \d+ bundle|StackTrace Information"
+)
+
+
+def ray_chatter(console: str) -> list[str]:
+    """The console's lines that are Ray's own lost-host chatter (:data:`RAY_CHATTER`)."""
+    return [line for line in console.splitlines() if RAY_CHATTER.search(line)]
