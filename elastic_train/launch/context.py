@@ -172,8 +172,9 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
             ray.init(address="local", include_dashboard=embedded_dashboard(), **kwargs)
         else:
             reach.check_auth(target)  # a token mismatch: exit 2 in seconds, not 20 s of InvalidAuthToken lines
+            env = reach.job_processes_env(target, ray.util.get_node_ip_address)
             try:
-                reach.bounded(lambda: ray.init(address=target.init_address(), **kwargs), timeout_s,
+                reach.bounded(lambda: init_on_cluster(target.init_address(), env, kwargs), timeout_s,
                               target.source, target.address)
             except RuntimeError as e:  # the cluster's Ray is another release: one line, the install that matches
                 from elastic_train.launch.versions import cluster_mismatch
@@ -181,6 +182,20 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
                 raise (cluster_mismatch(e, target.address) or e) from None
     filter_forwarded_lines()
     return target.how
+
+
+def init_on_cluster(address: str | None, env: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """``ray.init`` to a cluster, the job's processes given ``env`` (:func:`reach.job_processes_env`). A submitted
+    job whose own runtime env sets one of those variables keeps its value: Ray refuses to merge the two."""
+    import ray
+
+    try:
+        ray.init(address=address, runtime_env={"env_vars": env}, **kwargs)
+    except ValueError as e:
+        if not str(e).startswith("Failed to merge the Job's runtime env"):
+            raise
+        log.info("the job's runtime env sets %s itself: kept (%s)", ", ".join(env), e)
+        ray.init(address=address, **kwargs)
 
 
 # Ray's public settings for the Ray a driver starts itself (its raylet reads them from its environment; a value the

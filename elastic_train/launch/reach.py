@@ -210,6 +210,25 @@ def _read(path: Path) -> str | None:
     return text or None
 
 
+LOOPBACK = ("127.", "localhost", "::1")
+
+
+def job_processes_env(target: RayTarget, node_ip: Callable[[], str]) -> dict[str, str]:
+    """``RAY_ADDRESS`` for the processes of this job on a cluster (``ray.init(runtime_env={"env_vars": ...})``):
+    the cluster's GCS, as every node reaches it (a loopback address, which named it from this node, becomes
+    ``node_ip()``). Ray Train's ``PlacementGroupCleaner`` asks the state API for "the" local cluster without an
+    address; with two Ray instances on a host it picked the last ``ray start`` head's, which may be another
+    cluster: not finding the run's controller there, it removed the live run's placement group. Ray's public
+    ``RAY_ADDRESS`` makes it ask this cluster. Empty for an address without a port."""
+    parsed = host_port(target.address)
+    if parsed is None:
+        return {}
+    host, port = parsed
+    if host.startswith(LOOPBACK):
+        host = node_ip()
+    return {"RAY_ADDRESS": f"[{host}]:{port}" if ":" in host else f"{host}:{port}"}
+
+
 def bounded(call: Callable[[], object], timeout_s: float, field: str, value: str) -> None:
     """Run ``call`` (``ray.init`` to an existing cluster) on a helper thread; if it has not returned within
     ``timeout_s``, raise ConfigError naming ``field`` = ``value``. Its exceptions are re-raised here.

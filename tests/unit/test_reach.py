@@ -216,3 +216,18 @@ def test_a_gcs_that_speaks_no_grpc_gives_no_verdict(listener):
     from elastic_train.compat.ray_core import gcs_refuses_token
 
     assert gcs_refuses_token(f"127.0.0.1:{listener}", None, 1.0) is None
+
+
+@pytest.mark.parametrize(("address", "expected"), [
+    ("10.0.0.5:6379", {"RAY_ADDRESS": "10.0.0.5:6379"}),
+    ("127.0.0.1:6380", {"RAY_ADDRESS": "192.0.2.7:6380"}),  # named over loopback: the node's address for the rest
+    ("localhost:6379", {"RAY_ADDRESS": "192.0.2.7:6379"}),
+    ("[::1]:6379", {"RAY_ADDRESS": "192.0.2.7:6379"}),
+    ("[fd00::5]:6379", {"RAY_ADDRESS": "[fd00::5]:6379"}),
+    ("head-without-port", {}),
+])
+def test_the_jobs_processes_are_told_which_cluster_is_theirs(address, expected):
+    """Ray Train's PlacementGroupCleaner asks the state API for the cluster in $RAY_ADDRESS; without it, the last
+    `ray start` head on its host, which may be another cluster's (it then removed a live run's placement group)."""
+    target = reach.RayTarget(address, f"cluster at {address}", "--address")
+    assert reach.job_processes_env(target, lambda: "192.0.2.7") == expected
