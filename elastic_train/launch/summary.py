@@ -168,8 +168,8 @@ def teardown_phases(ctx: RunContext, outcome: Outcome, parts: dict[str, float], 
     if outcome.ended is None:
         return {"teardown": parts["teardown_s"]}
     if last is not None:
-        if book.get("finalize_s"):
-            out["final summary + tracking flush"] = book["finalize_s"]
+        if book.get("finalize_s"):  # as goodput.wall_parts counts it: at most the loop's own span
+            out["final summary + tracking flush"] = max(0.0, parts["teardown_s"] - max(0.0, ended - last))
         out["workers stop"] = max(0.0, outcome.ended - last)
     since = next((n for n in ("fit", "checkpoint check") if tl is not None and tl.at(n) is not None), None)
     if tl is not None and since is not None:

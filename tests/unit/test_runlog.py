@@ -43,7 +43,12 @@ def test_a_goodput_book_storage_did_not_take_is_logged_and_flush_says_so(run_log
 
 def test_reservations_that_cannot_be_released_are_logged_once(run_log):
     """(release_stale_reservation is not called here: its ray.get_actor would start a Ray of its own.)"""
+    import ray
+
     from elastic_train.launch.reservations import release_dead_runs_requests
+
+    if ray.is_initialized():  # an earlier test's session Ray (tests/conftest.py starts it again on next use)
+        ray.shutdown()
 
     assert release_dead_runs_requests() == [] and release_dead_runs_requests() == []  # a sweep's driver: every 2 s
     assert run_log.read_text().count("dropped: cancelling dead Train runs' resource requests") == 1
