@@ -94,27 +94,6 @@ def tiny(*extra: str) -> list[str]:
 DEFAULT_PATH_RUNS = ("digits", "sweep", "job")
 
 
-# pytest-xdist groups (make test runs ``-n 2 --dist loadgroup``): each file's tests on one worker, so its module
-# fixtures (a shared run, a sweep, a head) are built once; all of tests/hosts on one worker (the machine's network
-# namespaces and bridge); the three default-path runs and the count that adds them up on one worker, in order.
-SAME_WORKER = {
-    "tests/distributed/test_train.py": "default-path", "tests/distributed/test_sweep.py": "default-path",
-    "tests/e2e/test_job_submit.py": "default-path",
-}
-
-
-def pytest_configure(config):
-    if not hasattr(config, "workerinput"):  # the controlling process: its workers inherit the traces' folder
-        compat_trace_dir()
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = "hosts" if path.startswith("tests/hosts/") else SAME_WORKER.get(path, path)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def compat_trace_dir() -> Path:
     path = Path(os.environ.get("PYTEST_COMPAT_TRACES", "")) if os.environ.get("PYTEST_COMPAT_TRACES") else None
     if path is None:
