@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -344,14 +345,41 @@ class _RayInfoOff(logging.Filter):
         return record.levelno >= logging.WARNING or not record.pathname.startswith(self.prefix)
 
 
+# Ray Train's record when the training function raised: "Error in training function:" and the traceback. When
+# gloo lost a peer (its process or host gone: the group ends and restarts without it), ~20 lines down to torch's
+# all_reduce for what one line says (issue 51, item 9). Keyed on Ray's text: if it changes, the traceback prints.
+_TRAIN_FN_ERROR = "Error in training function:"
+_PEER_LOST = re.compile(r"^RuntimeError: \[[^\]]*gloo[^\]]*\] .*?"
+                        r"(Connection reset by peer|Connection closed by peer|Socket Timeout|Timed out waiting)",
+                        re.MULTILINE)
+
+
+class _PeerLostOneLine(logging.Filter):
+    """Ray Train's traceback of a training function that gloo's lost peer ended becomes one line (above)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and str(record.msg).startswith(_TRAIN_FN_ERROR):
+            lost = _PEER_LOST.search(record.getMessage())
+            if lost is not None:
+                record.msg, record.args, record.exc_info = (
+                    f"[elastic-train] this worker's process group lost a peer (gloo: {lost.group(1)}); its group "
+                    "ends and restarts without it", (), None)
+        return True
+
+
 def _quiet_ray_train_logs() -> None:
     """Ray Train logs every report at INFO; we print what matters (restarts, resizes, checkpoints) ourselves. Its
     ``ray.train`` logger at WARNING, and Ray's INFO records that reach the root logger's handlers (Ray Train's
-    context logs under a logger named by its file's path, outside ``ray.train``) dropped there."""
+    context logs under a logger named by its file's path, outside ``ray.train``) dropped there; a lost peer's
+    traceback one line, on every handler a record of Ray Train's reaches (public :mod:`logging` only)."""
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _RayInfoOff) for f in handler.filters):
             handler.addFilter(_RayInfoOff())
+    for name in ("", "ray", "ray.train"):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _PeerLostOneLine) for f in handler.filters):
+                handler.addFilter(_PeerLostOneLine())
 
 
 def evaluate_loop_per_worker(args: dict[str, Any]) -> None:
