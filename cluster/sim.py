@@ -416,11 +416,12 @@ def _services(sim: Sim) -> None:
 
 
 def _redis_pids(sim: Sim) -> list[int]:
-    """The services namespace's ``redis-server`` (one, when it runs)."""
+    """The services namespace's ``redis-server`` (one, when it runs). Redis rewrites its process title
+    (``/path/redis-server 198.18.0.2:6379``): its first word names it."""
     pids = []
     for pid in ns_pids(sim.services_ns):
         with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"redis-server"):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].split(b" ")[0].endswith(b"redis-server"):
                 pids.append(pid)
     return pids
 
@@ -448,6 +449,8 @@ def redis_start(sim: Sim) -> None:
 def redis_stop(sim: Sim) -> int:
     """The Redis goes away: SIGKILL, as a crashed machine (what was acknowledged is in its append-only file)."""
     pids = _redis_pids(sim)
+    if not pids:
+        raise SimError(f"no redis-server runs at {sim.redis_address}")
     _signal(pids, signal.SIGKILL)
     wait_until(lambda: not _redis_pids(sim), "the Redis to exit", 10)
     return len(pids)
@@ -640,6 +643,11 @@ def status(sim: Sim) -> list[str]:
         state = "down" if "state DOWN" in link or ",UP" not in link.replace("<", ",") else "up"
         lines.append(f"host {h.index} ({h.role}) {h.ip}: link {state}, {len(ns_pids(h.ns))} processes, "
                      f"Ray node {'alive' if h.ip in alive else 'not alive'}")
+    if sim.gcs_ft:
+        from cluster.local._redis_check import check
+
+        problem = check(sim.redis_address, sim.redis_password, timeout_s=1)
+        lines.append(f"redis {sim.redis_address} (the GCS's tables): {problem or 'answers'}")
     return lines
 
 
