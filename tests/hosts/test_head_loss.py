@@ -109,3 +109,33 @@ def test_f_a_lost_head_comes_back_with_gcs_fault_tolerance_and_the_job_resumes_b
           f"job's wall {summary['wall_s']:.1f} s; whole test {wall_s:.1f} s; the lost job: FAILED, {lost_message!r}")
     assert phases["workers_back_s"] < 90, phases  # within the raylets' 60 s wait for a GCS, plus the restart
     assert wall_s < 420, wall_s
+
+
+
+@pytest.mark.long  # ~2.5 min; the line itself is unit-tested (tests/unit/test_quiet_filters.py)
+def test_a_redis_that_goes_away_mid_run_is_one_line_and_the_run_loses_nothing(ft_sim):
+    """Ray 2.60's GCS exits within seconds of losing its Redis (after ~200 error lines, which the driver's console
+    shows as one), and the cluster follows once its raylets have waited a minute for a GCS. The platform brings the
+    Redis back and starts the head again: the job submitted again resumes by name, nothing lost."""
+    g, epochs = 32, 2
+    job = two_host_run(ft_sim, "hosts-r", epochs, g)
+    assert simulator.redis_stop(ft_sim) == 1
+    t_stop = time.monotonic()
+    try:
+        wait_for(lambda: "the GCS lost its Redis" in job.console(), 60, "the driver's line about the Redis", job)
+        reported_s = time.monotonic() - t_stop
+    finally:
+        simulator.redis_start(ft_sim)
+    console = job.console()
+    assert console.count("the GCS lost its Redis") == 1 and "redis_context.cc" not in console, console[-3000:]
+    simulator.restart_head(ft_sim)  # the platform: the head again, with the Redis back
+    job.wait(60)
+    wait_for(lambda: len(_worker_nodes(ft_sim)) == 2, 180, "both worker hosts alive in the new head's cluster")
+    wait_for(lambda: _no_old_workers(ft_sim), 90, "the lost driver's workers to end")
+    full_speed(ft_sim, job)
+    again = submit(ft_sim, "hosts-r", *SPREAD, f"train.epochs={epochs}", f"train.global_batch_size={g}",
+                   "checkpoint.every_steps=5")
+    assert again.wait(400) == 0, again.console()[-3000:]
+    _finished_once(again, epochs, g, wall_s=300)
+    assert "(resuming)" in again.console()
+    print(f"hosts-r: the GCS's lost Redis reported in one line {reported_s:.1f} s after it went away")

@@ -99,3 +99,4 @@ def test_start_head_exits_2_with_one_line_within_10_s(tmp_path, redis, silent, c
     assert len(lines) == 1 and lines[0].startswith("error: RAY_REDIS_"), out.stderr
     assert "ray start" not in out.stdout and "Traceback" not in out.stderr + out.stdout
     assert took < 10, took
+
