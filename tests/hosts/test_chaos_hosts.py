@@ -42,7 +42,7 @@ def test_the_hosts_campaign_smoke_survives_host_loss_and_partitions(capsys):
 
 
 def test_the_hosts_campaign_with_head_loss_survives_20_faults(capsys):
-    """The campaign on hosts with every kind, ``head`` included (seed 4: two head losses, a host loss, a
+    """The campaign on hosts drawn from every kind, ``head`` included (seed 4: two head losses, a host loss, a
     partition, two driver kills and 14 worker faults over 8 epochs), on a sim with GCS fault tolerance (a real
     Redis): every fault survived, no sample lost or repeated, one MLflow run; each head loss's phases measured."""
     why = simulator.namespaces_supported()
