@@ -102,7 +102,8 @@ def test_f_a_lost_head_comes_back_with_gcs_fault_tolerance_and_the_job_resumes_b
     assert "(resuming)" in again.console()
     resumed = min((r for r in read_trace(again.trace) if r["t"] > t_resubmit), key=lambda r: r["t"])
     assert resumed["epoch"] * STEPS_PER_EPOCH + resumed["step"] == last_complete, (resumed, last_complete)
-    assert "Traceback" not in first_console[-2000:], first_console[-2000:]
+    # what the platform saw: Ray's job client ended non-zero on the lost connection (its traceback is Ray's CLI's)
+    assert job.proc.returncode != 0 and "WebSocket connection closed unexpectedly" in first_console
     print(f"hosts-f: job client ended {phases['detection_s']:.1f} s after the kill, new head's job server "
           f"{phases['head_back_s']:.1f} s, worker hosts in its cluster {phases['workers_back_s']:.1f} s; old workers "
           f"gone, resubmitted at {old_ended_s:.1f} s of the test; resumed at step {last_complete}, the resubmitted "
