@@ -100,3 +100,45 @@ def test_start_head_exits_2_with_one_line_within_10_s(tmp_path, redis, silent, c
     assert "ray start" not in out.stdout and "Traceback" not in out.stderr + out.stdout
     assert took < 10, took
 
+
+
+def _redis_server(port: int, password: str) -> subprocess.Popen:
+    server = shutil.which("redis-server", path=str(Path(sys.executable).parent)) or shutil.which("redis-server")
+    proc = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--requirepass", password,
+                             "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while check(f"127.0.0.1:{port}", password, timeout_s=1) is not None:
+        assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+        time.sleep(0.1)
+    return proc
+
+
+def test_the_drivers_watch_says_once_when_the_gcs_redis_goes_away_and_once_when_it_is_back(caplog):
+    """elastic_train.launch.gcs_store: nothing of Ray's says in a line that the GCS lost its Redis (docs/clusters.md
+    "Head loss"); the driver's watch does, and once more when it is back. A password-protected Redis answers the
+    watch's PING with -NOAUTH: that counts as answering (the watch needs no password)."""
+    from elastic_train.launch.gcs_store import RedisWatch, probe
+
+    port, password = _free_port(), secrets.token_hex(8)
+    proc = _redis_server(port, password)
+    watch = RedisWatch(f"127.0.0.1:{port}", timeout_s=1)
+    try:
+        assert probe(watch.address) is None
+        caplog.set_level("WARNING", logger="elastic_train.launch.gcs_store")
+        watch.check()
+        assert caplog.records == []
+        proc.kill()
+        proc.wait(10)
+        for _ in range(3):
+            watch.check()
+        away = [r.getMessage() for r in caplog.records]
+        assert len(away) == 1 and f"the GCS's Redis at 127.0.0.1:{port} does not answer" in away[0], away
+        assert "submit the job again and it resumes by name" in away[0]
+        proc = _redis_server(port, password)
+        watch.check()
+        watch.check()
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 2 and "answers again" in lines[1], lines
+    finally:
+        proc.kill()
+        proc.wait(10)
