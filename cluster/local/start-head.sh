@@ -4,7 +4,8 @@
 #   cluster/local/start-head.sh [extra `ray start` flags, e.g. --num-cpus=16 --block]
 #
 # Environment: NUM_GPUS (default: counted), RAY_PORT (6379), RAY_DASHBOARD_PORT (8265),
-# RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH (default token file ~/.ray/auth_token, generated if missing).
+# RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH (default token file ~/.ray/auth_token, generated if missing),
+# RAY_REDIS_ADDRESS=HOST:PORT and RAY_REDIS_PASSWORD: GCS fault tolerance (below; docs/clusters.md "Head loss").
 # It prints the exact `ray job submit` line to use. With --block it prints first and then runs Ray in the
 # foreground (Ctrl-C stops it); otherwise Ray starts in the background: cluster/local/stop.sh stops it.
 set -euo pipefail
@@ -37,6 +38,25 @@ if [ -z "${RAY_AUTH_TOKEN:-}" ]; then
   chmod 700 "$(dirname "$TOKEN_FILE")" 2>/dev/null || true
   chmod 600 "$TOKEN_FILE"
 fi
+# GCS fault tolerance. RAY_REDIS_ADDRESS (Ray's own variable, read by `ray start --head`) keeps the GCS's tables
+# in that Redis: worker nodes then wait for a new head (each for RAY_gcs_rpc_server_reconnect_timeout_s, 60 s by
+# default) instead of exiting, and a head started again on the same address with the same Redis (and the same
+# RAY_external_storage_namespace) takes the cluster back. RAY_REDIS_PASSWORD (or --redis-password=...) is its
+# password. Checked before Ray starts: a Redis that does not answer, or refuses the password, exits 2 with one
+# line within seconds (Ray 2.60 itself, measured: an address that refuses fails after 61 s, a wrong password after
+# 1 s, each with ~100-200 lines ending in a C++ stack trace).
+GCS_FT="off (the cluster dies with its head)"
+REDIS_FLAGS=()
+for a in "$@"; do
+  case "$a" in --redis-password=*) export RAY_REDIS_PASSWORD="${a#--redis-password=}" ;; esac
+done
+if [ -n "${RAY_REDIS_ADDRESS:-}" ]; then
+  python "$REPO/cluster/local/_redis_check.py" "$RAY_REDIS_ADDRESS" || exit 2
+  if [ -n "${RAY_REDIS_PASSWORD:-}" ] && ! has_flag "--redis-password=${RAY_REDIS_PASSWORD}" "$@"; then
+    REDIS_FLAGS=(--redis-password="$RAY_REDIS_PASSWORD")
+  fi
+  GCS_FT="on (Redis ${RAY_REDIS_ADDRESS}, namespace ${RAY_external_storage_namespace:-default})"
+fi
 HEAD_IP=$(node_ip "$@")
 export_gloo_interface "$HEAD_IP"
 WORKERS=$(( GPUS > 0 ? GPUS : 2 ))
@@ -46,6 +66,7 @@ print_next_steps() {
 ------------------------------------------------------------------------------------------------
 Ray head: ${GPUS} GPU(s), GCS on ${HEAD_IP}:${PORT}, dashboard http://127.0.0.1:${DASHBOARD_PORT} (this machine only)
 Token:    $(describe_token)  (token auth on: RAY_AUTH_MODE=token)
+GCS fault tolerance: ${GCS_FT}
 
 Submit from this machine, in the repository:
   export RAY_AUTH_MODE=token RAY_API_SERVER_ADDRESS=http://127.0.0.1:${DASHBOARD_PORT}
@@ -65,7 +86,7 @@ MSG
 
 args=(--head --port="$PORT" --num-gpus="$GPUS"
       --include-dashboard=true --dashboard-host=127.0.0.1 --dashboard-port="$DASHBOARD_PORT"
-      --disable-usage-stats "$@")
+      --disable-usage-stats "${REDIS_FLAGS[@]}" "$@")
 if has_flag --block "$@"; then
   print_next_steps
   exec ray start "${args[@]}"

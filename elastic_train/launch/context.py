@@ -29,6 +29,7 @@ from elastic_train.data import DataBundle
 from elastic_train.data.registry import precheck_on_cluster_source
 from elastic_train.data.spec import source_of
 from elastic_train.launch import timeline
+from elastic_train.launch.gcs_store import watch_from_environment
 from elastic_train.launch.preflight import PreflightReport
 from elastic_train.launch.quiet import filter_forwarded_lines, quiet_ray_driver_logs
 from elastic_train.launch.storage import RunStorage, default_run_name, resolve_home, resolve_storage
@@ -181,6 +182,7 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
 
                 raise (cluster_mismatch(e, target.address) or e) from None
     filter_forwarded_lines()
+    watch_from_environment()  # a head with GCS fault tolerance: its Redis going away is one line (gcs_store)
     return target.how
 
 

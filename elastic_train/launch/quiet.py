@@ -59,6 +59,9 @@ Two lines a healthy run would otherwise show:
 * A worker of a group that was already replaced (its host was cut off, the run restarted without it) fails
   when its link returns, with ``Error in training function`` and the traceback of gloo's ``Connection reset by
   peer`` / ``Connection closed by peer``: one line, naming the worker and gloo's reason.
+* The GCS's Redis gone (GCS fault tolerance): ~200 forwarded ``redis_context.cc`` errors in the GCS's last seconds
+  go (the skip regex; the pieces of requests whose binary arguments broke lines, with ``console_blocks``); the
+  driver's own watch (launch/gcs_store.py) says what happened and what follows in one line.
 * A process's C++ crash dump (``*** SIGABRT received ...``, its frames twice, Python's ``Fatal Python error`` and
   thread stacks): a crash keeps the check that failed and one line naming the signal; a process Ray ended with
   SIGTERM, and Ray Train's PreemptionWatcher (which Ray Train kills at every worker group's end), print nothing.
@@ -263,13 +266,34 @@ def crash_line(signal: str) -> str:
     return f"this process ended on {signal} (its crash dump is in its worker .err log under the Ray session's logs/)"
 
 
+# The GCS's Redis gone (GCS fault tolerance): Ray 2.60's GCS logs every failed Redis command and each retry (~200
+# lines in its last 3 s, measured on cluster.sim) and the log monitor forwards them to every driver. The skip regex
+# drops them (SKIP_REGEX); the driver's watch says what happened in one line (launch/gcs_store.py). A request whose
+# binary arguments held line breaks arrives in pieces that are not log lines of their own: only the block wrapper
+# (console_blocks) can drop those, by remembering that the GCS's Redis errors have begun.
+GCS_REDIS_LINES = re.compile(r"redis_context\.cc:\d+: (?:Redis command submission failed: |Redis request \[|Failed to "
+                             r"run redis cmds: )|\] failed due to error Redis connection ")
+_GCS_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [A-Z] ")
+
+
 class _WithoutBenignLines:
     """Wraps Ray's handler for forwarded output: the batch less the known-benign lines. It remembers which
-    processes are printing a crash dump, since a dump may come in more than one batch."""
+    processes are printing a crash dump, since a dump may come in more than one batch, and whether the GCS's
+    Redis errors have begun."""
 
     def __init__(self, inner: Callable[[dict[str, Any]], None]):
         self.inner = inner
         self._dumping: dict[tuple[Any, Any], None] = {}  # (ip, pid) of processes whose dump has started
+        self._gcs_redis_seen = False
+
+    def _without_gcs_redis_errors(self, lines: list[Any]) -> list[Any]:
+        """The GCS's Redis errors, and once they have begun the pieces of failed requests (not log lines of their
+        own) and the stack trace of the GCS's FATAL."""
+        if not self._gcs_redis_seen and not any(isinstance(x, str) and GCS_REDIS_LINES.search(x) for x in lines):
+            return lines
+        self._gcs_redis_seen = True
+        return [line for line in without_raylet_stack_traces(lines)
+                if not isinstance(line, str) or (_GCS_LOG_LINE.match(line) and not GCS_REDIS_LINES.search(line))]
 
     def _without_crash_dumps(self, data: dict[str, Any], lines: list[Any]) -> list[Any]:
         key, helper = (data.get("ip"), data.get("pid")), data.get("actor_name") in TEARDOWN_HELPERS
@@ -304,6 +328,8 @@ class _WithoutBenignLines:
         kept = self._without_crash_dumps(data, kept)
         if data.get("pid") == "raylet":
             kept = without_raylet_stack_traces(kept)
+        elif data.get("pid") == "gcs_server":
+            kept = self._without_gcs_redis_errors(kept)
         if kept != lines:
             if not kept:
                 return
@@ -384,7 +410,7 @@ TEARDOWN_DUMP_LINES = re.compile(
 )
 
 SKIP_REGEX = "|".join(f"(?:{r.pattern})" for r in (BENIGN_FORWARDED_LINES, BENIGN_RAYLET_LINES, LOST_HOST_LINES,
-                                                     TEARDOWN_DUMP_LINES))
+                                                     TEARDOWN_DUMP_LINES, GCS_REDIS_LINES))
 SKIP_ENV = "RAY_DEDUP_LOGS_SKIP_REGEX"
 
 

@@ -223,6 +223,26 @@ def test_rayjobs_run_our_jobs_on_the_same_cluster_and_clean_up(name, module):
     assert spec["rayClusterSpec"] == cluster["spec"], "rayClusterSpec drifted from raycluster.yaml"
 
 
+def test_every_ray_cluster_keeps_its_gcs_in_the_redis_of_redis_yaml():
+    """GCS fault tolerance (docs/clusters.md "Head loss"): every RayCluster and RayJob names the redis Service and
+    the password's Secret the Redis Deployment reads, and nothing KubeRay refuses beside gcsFaultToleranceOptions
+    (a redis-password start param, RAY_REDIS_ADDRESS in the head's env, the old ft-enabled annotation)."""
+    redis = next(d for _, d in core_objects() if d["kind"] == "Deployment" and d["metadata"]["name"] == "redis")
+    (container,) = redis["spec"]["template"]["spec"]["containers"]
+    secret = next(e["valueFrom"]["secretKeyRef"] for e in container["env"] if e["name"] == "REDIS_PASSWORD")
+    specs = [(p, d, d["spec"].get("rayClusterSpec", d["spec"])) for p, d in kuberay_objects("RayCluster")
+             + kuberay_objects("RayJob")]
+    assert len(specs) == 3
+    for path, obj, spec in specs:
+        ft = spec["gcsFaultToleranceOptions"]
+        assert ft["redisAddress"] == f"redis:{container['ports'][0]['containerPort']}", path.name
+        assert ft["redisPassword"]["valueFrom"]["secretKeyRef"] == secret, path.name
+        assert "redis-password" not in spec["headGroupSpec"]["rayStartParams"], path.name
+        env = {e["name"] for e in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}
+        assert "RAY_REDIS_ADDRESS" not in env, path.name
+        assert "ray.io/ft-enabled" not in obj["metadata"].get("annotations", {}), path.name
+
+
 # ---------------------------------------------------------------------------------------- Kubernetes core
 
 
@@ -243,7 +263,7 @@ def test_core_objects_pass_kubernetes_validate_strict(version):
 def test_kubernetes_validate_strict_catches_typos():
     import kubernetes_validate
 
-    (_, deployment), = [(p, d) for p, d in core_objects() if d["kind"] == "Deployment"]
+    deployment = next(d for _, d in core_objects() if d["kind"] == "Deployment")
     bad = copy.deepcopy(deployment)
     bad["spec"]["template"]["spec"]["containers"][0]["portz"] = []
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -260,11 +280,12 @@ def test_nothing_is_exposed_outside_the_cluster():
                 pytest.fail(f"{path.name}: hostPort {port}")
 
 
-def test_mlflow_service_reaches_the_deployment_and_claims_exist():
+@pytest.mark.parametrize("name, port", [("mlflow", 5000), ("redis", 6379)])
+def test_services_reach_their_deployments_and_claims_exist(name, port):
     objects = [d for _, d in core_objects()]
-    (deployment,) = [d for d in objects if d["kind"] == "Deployment"]
-    (service,) = [d for d in objects if d["kind"] == "Service"]
-    assert service["metadata"]["name"] == "mlflow" and service["spec"]["ports"][0]["port"] == 5000
+    (deployment,) = [d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == name]
+    (service,) = [d for d in objects if d["kind"] == "Service" and d["metadata"]["name"] == name]
+    assert service["spec"]["ports"][0]["port"] == port
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
     claims = {d["metadata"]["name"] for d in objects if d["kind"] == "PersistentVolumeClaim"}
@@ -289,9 +310,11 @@ def test_image_is_defined_once_and_used_everywhere():
         } - {None}
     for path in KUBERAY_FILES:
         images = {i for d in documents(path) for i in walk(d, "image")}
-        if images:
+        if images and path.name != "redis.yaml":  # the upstream Redis server, pinned below
             used[path.name] = images
     assert {name: refs for name, refs in used.items() if refs != {ref}} == {}
+    redis_images = {i for d in documents(CLUSTER / "kuberay" / "redis.yaml") for i in walk(d, "image")}
+    assert len(redis_images) == 1 and re.fullmatch(r"redis:\d+\.\d+\.\d+", redis_images.pop())  # an exact release
     assert {
         "aws.yaml", "gcp.yaml", "raycluster.yaml", "rayjob-train.yaml", "rayjob-sweep.yaml", "mlflow.yaml"
     } <= used.keys()

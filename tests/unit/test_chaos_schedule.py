@@ -89,3 +89,16 @@ def test_without_the_controllers_events_the_recovery_keeps_its_coarse_phases(tmp
         {"event": "built", "unix": 13.0, "pid": 3}, {"event": "first_step", "unix": 14.0, "pid": 3, "step": 5}])
     out = recovery_phases({"unix": 2.0, "fired_step": 6}, tmp_path)
     assert "ray_train_phases_s" not in out and out["phases_s"]["ray_restart_s"] == 3.0
+
+
+def test_the_hosts_campaign_draws_head_loss_among_every_kind():
+    """--hosts draws from every kind, ``head`` (a head loss: tests/hosts) among them, each in a window of its own;
+    seed 4, which make test-long runs, draws two head losses, a host loss, a partition and two driver kills."""
+    from bench.chaos import HOSTS_KINDS
+
+    assert "head" in HOSTS_KINDS and "head" in CAMPAIGN_KINDS and "head" not in KINDS  # not the one-host Cluster's
+    s = draw_schedule(4, 20, 88, every=5, workers=2, kinds=HOSTS_KINDS)
+    assert {"head", "host", "partition", "driver"} <= {f["kind"] for f in s} <= set(HOSTS_KINDS)
+    assert [f["step"] for f in s if f["kind"] == "head"] == [33, 42]
+    windows = sorted((f["step"], f["until"]) for f in s if f["kind"] in CAMPAIGN_KINDS)
+    assert all(a[1] < b[0] for a, b in zip(windows, windows[1:], strict=False))

@@ -346,3 +346,48 @@ def test_a_raylets_worker_died_push_becomes_one_short_line_with_what_it_said():
     printed.clear()
     _WithoutBenignRayletLines(lambda data, _: printed.append(data))({"pid": "raylet", "lines": [other]}, False)
     assert printed[0]["lines"] == [other]  # a wording it does not know prints whole
+
+
+# As Ray 2.60's GCS logs it when its Redis goes away (GCS fault tolerance; cluster.sim's Redis SIGKILLed mid-run),
+# forwarded to the driver as (pid=gcs_server): ~200 such lines in 3 s, then its FATAL.
+GCS_REDIS_GONE = [
+    "[2026-12-07 15:38:28,175 E 24624 24624] (gcs_server) redis_context.cc:357: Redis command submission failed: "
+    "Disconnected: Redis is disconnected",
+    "[2026-12-07 15:38:28,175 E 24624 24624] (gcs_server) redis_context.cc:270: Redis request [PING] failed due to "
+    "error Redis connection unavailable. 5 retries left.",
+    "[2026-12-07 15:38:29,791 E 24624 24638] (gcs_server) redis_context.cc:270: Redis request [HGET RAYdefault@KV "
+    "@namespace_job:_ray_internal_job_info_raysubmit_xUgK4PHyz8zaXuSr] failed due to error Redis connection "
+    "unavailable. 2 retries left.",
+    "[2026-12-07 15:42:59,101 E 24624 24638] (gcs_server) redis_context.cc:270: Redis request [HSET RAYdefault@KV "
+    "@namespace_job:some_key \x80\x04\x95",  # a pickled value's line break splits the request's line
+    "K hK hK u\x8f",
+    "finalize_s\x94G        u.] failed due to error Redis connection unavailable. 3 retries left.",
+]
+GCS_REDIS_FATAL = [
+    "[2026-12-07 15:38:31,713 C 24624 24624] (gcs_server) redis_context.cc:308: Failed to run redis cmds: [PING] for "
+    "5 times.",
+    "*** StackTrace Information ***",
+    "/.../ray/core/src/ray/gcs/gcs_server(+0x7b49c7) [0x55f5f1cbf9c7] ray::gcs::RedisRequestContext::Run()",
+]
+
+
+def test_the_gcs_losing_its_redis_prints_none_of_its_errors():
+    """The skip regex (public) drops every GCS Redis error line; with console_blocks the pieces of a request whose
+    binary arguments broke lines go too. The one line is the driver's watch's (launch/gcs_store.py)."""
+    import re
+
+    from elastic_train.launch.quiet import SKIP_REGEX
+
+    skip = re.compile(SKIP_REGEX)
+    logged = [line for line in GCS_REDIS_GONE + GCS_REDIS_FATAL[:1] if line.startswith("[")]
+    assert all(skip.search(line) for line in logged) and skip.search(GCS_REDIS_GONE[-1])  # a request's tail too
+    printed = []
+    printer = _WithoutBenignLines(printed.append)
+    printer({"pid": "gcs_server", "lines": GCS_REDIS_GONE * 20})
+    another = "[2026-12-07 15:42:59,300 I 24624 24624] (gcs_server) gcs_server.cc:1: another GCS line"
+    printer({"pid": "gcs_server", "lines": [*GCS_REDIS_GONE, another]})
+    printer({"pid": "gcs_server", "lines": GCS_REDIS_FATAL})
+    assert [d["lines"] for d in printed] == [[another]]
+    # a worker's own line that mentions Redis is its own business
+    printer({"pid": 7, "lines": GCS_REDIS_GONE[:1]})
+    assert printed[-1]["lines"] == GCS_REDIS_GONE[:1]

@@ -1,0 +1,91 @@
+"""The GCS's Redis, watched from the driver: one line when the Redis that GCS fault tolerance keeps the cluster's
+tables in stops answering, one when it answers again.
+
+What Ray 2.60 does then, measured on separate hosts (``cluster.sim up --gcs-ft``, the Redis SIGKILLed mid-run;
+docs/clusters.md "Head loss"): the GCS logs every failed Redis command and retry (~200 lines in 3 s, which the log
+monitor forwards to every driver: ``RAY_DEDUP_LOGS_SKIP_REGEX`` drops them, launch/quiet.py) and exits after its
+fifth failed PING; the raylets and the driver follow once they have waited ``RAY_gcs_rpc_server_reconnect_timeout_s``
+(60 s) for a GCS. Nobody says why in a line: this watch does. The run's data is not lost: its checkpoints are in
+storage and its MLflow run on the tracking server; with the Redis back and the head started again, the job
+submitted again resumes by name.
+
+The driver runs on the head, in the environment ``ray start --head`` was given: ``RAY_REDIS_ADDRESS`` (set by
+start-head.sh's user, and by KubeRay from ``gcsFaultToleranceOptions``); without it there is nothing to watch. A
+probe is a TCP connect and an inline ``PING``: any reply (``+PONG``, or ``-NOAUTH`` from a Redis with a password)
+means it answers, so the watch needs no password. Public only: a socket, no Ray internals.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 2.0
+TIMEOUT_S = 2.0
+AWAY_LINE = ("the GCS's Redis at {address} does not answer ({why}): Ray's GCS exits within seconds and this cluster "
+             "about a minute later (RAY_gcs_rpc_server_reconnect_timeout_s) unless a head is started again with the "
+             "Redis back; the run's checkpoints and MLflow run stay: submit the job again and it resumes by name")
+_watcher: RedisWatch | None = None
+
+
+def probe(address: str, timeout_s: float = TIMEOUT_S) -> str | None:
+    """None when the Redis at ``address`` (HOST:PORT) answers a PING; else why not, in a few words."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(b"PING\r\n")
+            reply = sock.recv(64)
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    except (OSError, ValueError) as e:
+        return getattr(e, "strerror", None) or str(e)
+    return None if reply[:1] in (b"+", b"-") else "closed the connection without a reply"
+
+
+class RedisWatch:
+    """A daemon thread probing ``address`` every ``interval_s``; it logs each change (away, back) once."""
+
+    def __init__(self, address: str, interval_s: float = INTERVAL_S, timeout_s: float = TIMEOUT_S):
+        self.address, self.interval_s, self.timeout_s = address, interval_s, timeout_s
+        self.away_since: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gcs-redis-watch", daemon=True)
+
+    def start(self) -> RedisWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval_s + self.timeout_s + 1)
+
+    def check(self) -> None:
+        """One probe; a line when the answer changed."""
+        why = probe(self.address, self.timeout_s)
+        if why is not None and self.away_since is None:
+            self.away_since = time.monotonic()
+            log.warning("warning: " + AWAY_LINE.format(address=self.address, why=why))
+        elif why is None and self.away_since is not None:
+            log.warning("the GCS's Redis at %s answers again (away %.0f s)", self.address,
+                        time.monotonic() - self.away_since)
+            self.away_since = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.check()
+
+
+def watch_from_environment() -> RedisWatch | None:
+    """Start this process's watch when the head runs with GCS fault tolerance (``RAY_REDIS_ADDRESS``); once."""
+    global _watcher
+    address = os.environ.get("RAY_REDIS_ADDRESS", "").split(",")[0].strip().split("://")[-1]
+    if not address or _watcher is not None:
+        return _watcher
+    _watcher = RedisWatch(address).start()
+    return _watcher
