@@ -40,20 +40,23 @@ sys.path.insert(0, str(ROOT))
 RUN_TIMEOUT_S = 1800  # one sweep; a hung cluster ends the bench with a clear error
 
 
+class TrainController:
+    """The class name the reaper asks the GCS for (module level: a class defined in a function is named
+    ``fill.<locals>.TrainController`` in the actor table)."""
+
+    def ping(self) -> None:
+        pass
+
+
 def fill(n: int) -> None:
     """In its own driver (its own job): ``n`` actors of class ``TrainController`` that never start, then killed."""
     import ray
 
     ray.init(logging_level="ERROR")  # $RAY_ADDRESS: the bench's cluster
-
-    @ray.remote(num_cpus=0, resources={"nowhere": 1})
-    class TrainController:  # the class name the reaper asks the GCS for
-        def ping(self) -> None:
-            pass
-
+    remote = ray.remote(num_cpus=0, resources={"nowhere": 1})(TrainController)
     batch = 500
     for start in range(0, n, batch):
-        handles = [TrainController.remote() for _ in range(min(batch, n - start))]
+        handles = [remote.remote() for _ in range(min(batch, n - start))]
         for h in handles:
             ray.kill(h)
     # the kills are asynchronous: wait (bounded) until the GCS holds them all as DEAD
