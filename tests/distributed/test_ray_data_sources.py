@@ -6,6 +6,8 @@ files; a function that returns no Dataset exits 2 naming data.dataset."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -43,12 +45,19 @@ def test_a_function_that_returns_no_dataset_exits_2_naming_the_field(ray_session
     assert "data.dataset" in err and "returned list, not a ray.data.Dataset" in err
 
 
-def test_csv_numpy_and_images_read_into_the_rows_the_parquet_files_hold(ray_session, tmp_path):
+@pytest.fixture(scope="module")
+def digit_images(tmp_path_factory) -> Path:
+    """The 1797 digits as PNG files, written once for the module's two image tests."""
+    folder = tmp_path_factory.mktemp("img")
+    assert write_digits_images(str(folder)) == 1797
+    return folder
+
+
+def test_csv_numpy_and_images_read_into_the_rows_the_parquet_files_hold(ray_session, tmp_path, digit_images):
     write_digits_parquet(str(tmp_path / "parquet"))
     write_digits_csv(str(tmp_path / "csv"))
     write_digits_numpy(str(tmp_path / "npy"))
     write_digits_jsonl(str(tmp_path / "json"))
-    assert write_digits_images(str(tmp_path / "img")) == 1797
     sources = {
         "parquet": ["data.path=" + str(tmp_path / "parquet"), "data.features=[pixels]"],
         "csv": ["data.format=csv", "data.path=" + str(tmp_path / "csv"),
@@ -57,7 +66,7 @@ def test_csv_numpy_and_images_read_into_the_rows_the_parquet_files_hold(ray_sess
                  "data.preprocess=tests.helpers.ray_data:scale_pixels"],
         "numpy": ["data.format=numpy", "data.path=" + str(tmp_path / "npy"), "data.features=[x]",
                   "data.preprocess=tests.helpers.ray_data:split_numpy_rows"],
-        "images": ["data.format=images", "data.path=" + str(tmp_path / "img"), "data.features=[x]",
+        "images": ["data.format=images", "data.path=" + str(digit_images), "data.features=[x]",
                    "data.preprocess=tests.helpers.ray_data:decode_digit_images"],
     }
     bundles = {k: build_ray(config.compose({}, config.parse_overrides(["data.name=ray", "data.id_column=id", *o])))
@@ -73,11 +82,10 @@ def test_csv_numpy_and_images_read_into_the_rows_the_parquet_files_hold(ray_sess
     assert bundles["images"].info["files"] == 1797
 
 
-def test_an_image_folder_trains(ray_session, home, tmp_path, capsys):
-    write_digits_images(str(tmp_path / "img"))
-    summary = run_job(home, "ray-images", "data.name=ray", "data.format=images", f"data.path={tmp_path / 'img'}",
+def test_an_image_folder_trains(ray_session, home, capsys, digit_images):
+    summary = run_job(home, "ray-images", "data.name=ray", "data.format=images", f"data.path={digit_images}",
                       "data.preprocess=tests.helpers.ray_data:decode_digit_images", "data.features=[x]",
-                      "data.id_column=id")
+                      "data.id_column=id", "train.epochs=1")  # one epoch is past 0.5 (the user-function test's too)
     out = capsys.readouterr().out
     assert "1797 images file(s)" in out
     assert summary["status"] == "FINISHED" and summary["final_metrics"]["val_accuracy"] > 0.5

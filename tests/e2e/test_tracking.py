@@ -16,9 +16,11 @@ from tests.helpers.mlflow_server import MlflowServer
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    server = MlflowServer(tmp_path / "mlflow")
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """One server for the module's tests that track to one (different run names): the killed-worker run, then the
+    outage, which stops it and starts it again on the same port and store."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
     yield server.start(timeout_s=90)
     server.stop()
 
