@@ -174,7 +174,6 @@ def test_table_csv_and_plot(tmp_path):
 # ---------------------------------------------------------------------------------------- the real CLI
 
 
-@pytest.mark.subprocess  # python -m jobs.sweep per case
 @pytest.mark.parametrize("args, needle", [
     (["sweep.space={train.lrr: {type: choice, values: [1]}}"], "sweep.space='train.lrr'"),
     (["sweep.space.train.global_batch_size.values=[]"], "sweep.space.train.global_batch_size="),
@@ -186,13 +185,23 @@ def test_table_csv_and_plot(tmp_path):
     (["sweep.max_concurrent_trials=-1"], "sweep.max_concurrent_trials=-1"),
     (["--resume", "never-swept", "checkpoint.storage_path=/tmp/et-nothing-here"], "--resume='never-swept'"),
 ])
-def test_bad_input_exits_2_with_one_line(args, needle):
-    out = run_cli("--config", PRESET, *args, module="jobs.sweep")
+def test_bad_input_exits_2_with_one_line(run_main, args, needle):
+    """``jobs.sweep``'s ``main`` in this process (``run_main`` fails the test if Ray is started); the entry point
+    itself in a real process: the test below."""
+    out = run_main("--config", PRESET, *args, module="jobs.sweep")
     assert out.returncode == 2, out.stderr + out.stdout
     assert "Traceback" not in out.stderr + out.stdout
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], out.stderr
     assert "ray:" not in out.stdout  # nothing was started
+
+
+@pytest.mark.subprocess
+def test_bad_input_in_a_real_sweep_process():
+    out = run_cli("--config", PRESET, "sweep.scheduler=hyperband", module="jobs.sweep")
+    assert out.returncode == 2, out.stderr + out.stdout
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "sweep.scheduler='hyperband'" in lines[0] and "Traceback" not in out.stdout
 
 
 @pytest.mark.subprocess
