@@ -53,7 +53,7 @@ def world(tmp_path_factory):
     # checkpoint save at 13: worker kinds only, in `make test`
     5,
     # mlflow, save, driver: `make test-long`; it found the orphaned sender (tests/e2e/test_orphan_sender.py)
-    pytest.param(22, marks=pytest.mark.long),
+    pytest.param(22, marks=[pytest.mark.long, pytest.mark.soak]),
 ])
 def test_a_short_mixed_fault_campaign_survives_and_loses_nothing(world, seed):
     from bench.chaos import KINDS, WORKER_KINDS, campaign, passed

@@ -96,6 +96,7 @@ STORE = 80_000_000  # Ray's minimum object store is 75 MiB (78.6 MB)
 
 
 @pytest.mark.subprocess
+@pytest.mark.soak
 @pytest.mark.long  # ~2.5 min of its own Ray; make test streams with a killed worker above
 def test_a_data_set_four_times_the_object_store_streams_through_an_epoch(home, tmp_path):
     """Its own embedded Ray (a subprocess): 4 CPUs, an 80 MB object store; 20,000 rows of 16 kB = 328 MB in

@@ -463,6 +463,7 @@ def test_pbt_clones_a_strong_trial_into_a_weak_one_at_the_donors_checkpoint(ray_
 # Run after this file's other sweeps it used to fail: their killed Train controllers (PBT pauses, a failing trial,
 # a killed sweep) left resource requests the coordinator keeps 180 s. Each fit and the sweep's driver now cancel
 # those (launch/reservations.py): the whole file but the PBT resume, `-m ""`, passed (2026-12-06, 4 min 26 s).
+@pytest.mark.soak
 def test_an_elastic_trial_grows_into_the_workers_of_a_stopped_trial(ray_session, home, monkeypatch):
     """Elastic trials ``[1, 2]`` on the session's 4 CPUs: two trials at once, each at its floor (1 driver CPU + 1
     worker); no room for a second worker while both live. The weak trial (shuffled labels) is held back until the
@@ -499,6 +500,7 @@ def test_an_elastic_trial_grows_into_the_workers_of_a_stopped_trial(ray_session,
     assert grown["train_loss"] == pytest.approx(alone["final_metrics"]["train_loss"], rel=1e-4)
 
 
+@pytest.mark.soak
 @pytest.mark.long  # every PBT restart is a new Train run: 10 min at load 30-40 on 2 cores
 @pytest.mark.timeout(1500)
 def test_a_killed_pbt_sweep_resumes_and_finishes_every_trial(ray_session, home):

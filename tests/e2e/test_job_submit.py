@@ -170,6 +170,7 @@ FOREIGN = ("maximum expected startup concurrency", "Failed to query Ray Train Co
            "Traceback", "execution finished", "Progress bars disabled", "PreemptionWatcher")
 
 
+@pytest.mark.soak
 @pytest.mark.long  # ~2.5 min; make test runs the same filters in-process (tests/distributed/test_ray_data_stream.py)
 def test_a_streamed_run_with_a_killed_worker_on_the_head_prints_its_own_lines_and_one_restart(ray_head, tmp_path):
     """The cluster path: ``ray job submit`` to a ``start-head.sh`` head, a streamed Ray Data run (1 worker, Ray

@@ -78,6 +78,8 @@ def test_f_a_lost_head_comes_back_with_gcs_fault_tolerance_and_the_job_resumes_b
     g, epochs = 32, 2
     t_start = time.monotonic()
     job = two_host_run(ft_sim, "hosts-f", epochs, g)
+    # the head dies once a checkpoint is complete in the bucket (step 11), so the resumed job has one to resume from
+    wait_for(lambda: _checkpoint_attempts(ft_sim, "hosts-f"), 120, "a first complete checkpoint", job)
     nodes_before = _worker_nodes(ft_sim)
     phases = lose_the_head(ft_sim, job)
     first_console = job.console()
@@ -114,6 +116,9 @@ def test_f_a_lost_head_comes_back_with_gcs_fault_tolerance_and_the_job_resumes_b
 
 
 
+@pytest.mark.soak
+@pytest.mark.xfail(strict=True, reason="issue 53 item 5, open: in a job submitted to a head with GCS fault tolerance "
+                   "the driver's watch (launch/gcs_store.py) has not been seen to print its line; cause not found yet")
 @pytest.mark.long  # ~2.5 min; the line itself is unit-tested (tests/unit/test_redis_check.py)
 def test_a_redis_that_goes_away_mid_run_is_one_line_and_the_run_loses_nothing(ft_sim):
     """Ray 2.60's GCS exits within seconds of losing its Redis (after ~200 error lines, which the driver's console

@@ -30,6 +30,7 @@ def _worker_nodes(sim: simulator.Sim) -> dict[str, str]:
     return {n["node_ip"]: n["node_id"] for n in simulator.alive_nodes(sim) if n.get("node_ip") in workers}
 
 
+@pytest.mark.soak
 def test_the_heads_host_cut_off_past_detection_is_survived(sim):
     g, epochs = 32, 8
     job = two_host_run(sim, "hosts-g", epochs, g)

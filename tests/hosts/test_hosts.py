@@ -103,6 +103,7 @@ def test_a_local_storage_path_is_refused_against_separate_hosts(sim):
     assert "Traceback" not in console and "worker group of" not in console  # refused before any worker
 
 
+@pytest.mark.soak
 @pytest.mark.long  # ~3 min, and test c covers the shrink and the regrowth
 def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
     # 10 epochs outlast the host's return (3 once ended on one worker before the host was back: a join, the

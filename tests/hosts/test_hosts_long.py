@@ -14,7 +14,7 @@ from cluster import sim as simulator
 from tests.hosts.conftest import RAY, ROOT
 from tests.hosts.test_hosts import _finished_once, two_host_run
 
-pytestmark = [pytest.mark.hosts, pytest.mark.long, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.hosts, pytest.mark.long, pytest.mark.soak, pytest.mark.timeout(900)]
 
 
 def test_the_heads_host_cut_off_for_5_s_is_survived(sim):

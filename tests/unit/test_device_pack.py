@@ -110,6 +110,7 @@ def test_pack_exits_2_naming_what_it_could_not_download(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.soak
 @pytest.mark.long  # downloads ~80 MB of wheels and builds a venv: ~3-4 min here
 def test_packed_wheels_alone_run_the_demo_and_a_two_trial_sweep(tmp_path):
     """The packer for this machine's Python; a fresh venv holding what the GPU machine has (torch, numpy,

@@ -32,6 +32,7 @@ def test_smoke_fsdp_on_one_worker_and_two_ranks_on_one_gpu_refused(tmp_path):
     assert refusal["stderr"][0].startswith("error: scaling.resources_per_worker=") and "NCCL" in refusal["stderr"][0]
 
 
+@pytest.mark.soak
 @pytest.mark.long  # the whole sequence: 4-8 min here (five jobs.train runs; part d ran past 180 s at load 20)
 def test_smoke_whole_sequence(tmp_path):
     r = smoke(tmp_path, "a,b,c,d", 1500)
