@@ -348,7 +348,10 @@ class Session:
         metrics.update({"epoch": p.epoch, "global_step": p.global_step, "samples_seen": p.samples_seen,
                         "world_size": self.world, "restarts": book.totals.restarts, "reason": reason})
         metrics.update(self.state.epoch_metrics(self.bundle.spec.tokens_per_sample))
-        goodput = {f"goodput_{k}": v for k, v in book.totals.summary().items()}
+        # The book's goodput at each checkpoint but the final one: at the final step the driver logs the run's
+        # goodput under the same names (its wall in parts: launch/summary.py close_run, docs/mlflow.md). Both there
+        # gave every goodput_* metric two different values at one step (tests/distributed/test_sweep_metrics.py).
+        goodput = {} if reason == "final" else {f"goodput_{k}": v for k, v in book.totals.summary().items()}
         self._log({**{k: v for k, v in metrics.items() if k.startswith("val_")}, **goodput}, p.global_step,
                   always=reason == "final")
         self.console.close()
