@@ -330,6 +330,9 @@ ENTRIES: tuple[Entry, ...] = (
 PUBLIC_SETTINGS: tuple[tuple[str, str, str], ...] = (
     ("RAY_DEDUP_LOGS_SKIP_REGEX", "launch/quiet.py", "docs.ray.io: Ray logging, log deduplication"),
     ("RAY_worker_niceness", "launch/context.py, cluster/local/*.sh", "Ray's RayConfig, read from RAY_<name>"),
+    ("RAY_USAGE_STATS_ENABLED", "launch/context.py (embedded Ray)", "docs.ray.io: Usage Stats Collection"),
+    ("RAY_enable_metrics_collection", "launch/context.py (embedded Ray)", "docs.ray.io: Ray metrics, RayConfig"),
+    ("RAY_ADDRESS", "launch/reach.py (a cluster job's processes)", "docs.ray.io: ray.init, Ray Jobs"),
     ("RAY_AIR_NEW_OUTPUT", "compat/ray_tune.py", "docs.ray.io: Ray AIR environment variables"),
     ("TUNE_FUNCTION_THREAD_TIMEOUT_S", "compat/ray_tune.py", "docs.ray.io: Environment variables used by Ray Tune"),
     ("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "compat/ray_data.py", "Ray Data's footer-reader pool (Ray 2.60)"),
