@@ -167,11 +167,14 @@ def teardown_phases(ctx: RunContext, outcome: Outcome, parts: dict[str, float], 
     last = book.get("last_time") if book.get("loop_started_unix") else None
     if outcome.ended is None:
         return {"teardown": parts["teardown_s"]}
+    since = next((n for n in ("fit", "checkpoint check") if tl is not None and tl.at(n) is not None), None)
+    # the driver's own phases start at its mark ``since`` when it has one, else when the workers' outcome came:
+    # "workers stop" ends there, so that the parts add up to the teardown (a gap between the two was lost)
+    stopped = tl.at(since) if tl is not None and since is not None else outcome.ended
     if last is not None:
         if book.get("finalize_s"):  # as goodput.wall_parts counts it: at most the loop's own span
             out["final summary + tracking flush"] = max(0.0, parts["teardown_s"] - max(0.0, ended - last))
-        out["workers stop"] = max(0.0, outcome.ended - last)
-    since = next((n for n in ("fit", "checkpoint check") if tl is not None and tl.at(n) is not None), None)
+        out["workers stop"] = max(0.0, stopped - last)
     if tl is not None and since is not None:
         out.update(tl.phases(since=since))
         out["summary"] = max(0.0, ended - tl.last)
