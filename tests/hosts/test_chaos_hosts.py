@@ -18,7 +18,8 @@ import pytest
 
 from cluster import sim as simulator
 
-pytestmark = [pytest.mark.hosts, pytest.mark.long, pytest.mark.soak, pytest.mark.timeout(2400)]  # the 20-fault run: ~8 min here
+# the 20-fault run: ~8 min here
+pytestmark = [pytest.mark.hosts, pytest.mark.long, pytest.mark.soak, pytest.mark.timeout(2400)]
 
 
 def test_the_hosts_campaign_smoke_survives_host_loss_and_partitions(capsys):
