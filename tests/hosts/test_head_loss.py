@@ -25,7 +25,14 @@ import pytest
 from cluster import sim as simulator
 from tests.helpers.trace import read_trace
 from tests.hosts.conftest import submit, wait_for
-from tests.hosts.test_hosts import SPREAD, _checkpoint_attempts, _finished_once, full_speed, two_host_run
+from tests.hosts.test_hosts import (
+    SPREAD,
+    _checkpoint_attempts,
+    _finished_once,
+    first_checkpoint,
+    full_speed,
+    two_host_run,
+)
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(900)]
 
@@ -78,8 +85,7 @@ def test_f_a_lost_head_comes_back_with_gcs_fault_tolerance_and_the_job_resumes_b
     g, epochs = 32, 2
     t_start = time.monotonic()
     job = two_host_run(ft_sim, "hosts-f", epochs, g)
-    # the head dies once a checkpoint is complete in the bucket (step 11), so the resumed job has one to resume from
-    wait_for(lambda: _checkpoint_attempts(ft_sim, "hosts-f"), 120, "a first complete checkpoint", job)
+    first_checkpoint(ft_sim, job)
     nodes_before = _worker_nodes(ft_sim)
     phases = lose_the_head(ft_sim, job)
     first_console = job.console()

@@ -18,7 +18,14 @@ import pytest
 from cluster import sim as simulator
 from tests.helpers.trace import read_trace
 from tests.hosts.conftest import submit, wait_for
-from tests.hosts.test_hosts import SPREAD, _checkpoint_attempts, _finished_once, full_speed, two_host_run
+from tests.hosts.test_hosts import (
+    SPREAD,
+    _checkpoint_attempts,
+    _finished_once,
+    first_checkpoint,
+    full_speed,
+    two_host_run,
+)
 
 pytestmark = [pytest.mark.hosts, pytest.mark.long, pytest.mark.timeout(900)]
 
@@ -61,6 +68,7 @@ def test_a_lost_head_without_gcs_fault_tolerance_ends_the_job_and_it_resumes_by_
     g, epochs = 32, 2
     t0 = time.monotonic()
     job = two_host_run(sim, "hosts-h", epochs, g)
+    first_checkpoint(sim, job)
     before = _worker_nodes(sim)
     assert simulator.kill(sim, 0) > 0
     t_kill = time.monotonic()

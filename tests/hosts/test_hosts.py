@@ -55,6 +55,12 @@ def two_host_run(cluster: simulator.Sim, name: str, epochs: int, g: int):
     return job
 
 
+def first_checkpoint(cluster: simulator.Sim, job) -> None:
+    """Until a checkpoint of the job's run is complete in the bucket (step 11): a head lost before it leaves the
+    resubmitted job nothing to resume from (seen in CI: the head killed at step 8)."""
+    wait_for(lambda: _checkpoint_attempts(cluster, job.name), 120, "a first complete checkpoint", job)
+
+
 def _fast_path(cluster: simulator.Sim, name: str) -> Path:
     return Path(cluster.state) / "jobs" / name / "fast"  # the harness's folder, which every host sees
 
