@@ -56,7 +56,9 @@ def other_head():
     port, dashboard = free_ports(2)
     temp = Path(tempfile.mkdtemp(prefix="et-mm-", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
-    env.update(RAY_USAGE_STATS_ENABLED="0", PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    # token auth off on both sides: Ray 2.55 has none, and Ray 2.60 turns it on by default
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
+               PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
     log = (temp / "head.log").open("w")
     head = subprocess.Popen([str(venv / "bin" / "ray"), "start", "--head", "--block", f"--port={port}",
                              "--node-ip-address=127.0.0.1", "--num-cpus=1", "--include-dashboard=false",
@@ -66,7 +68,7 @@ def other_head():
         probe = [str(venv / "bin" / "python"), "-c",
                  f"import ray; ray.init(address='127.0.0.1:{port}', logging_level='ERROR'); ray.shutdown()"]
         joined = subprocess.run(probe, env=env, capture_output=True, timeout=HEAD_TIMEOUT_S, check=False)
-        assert joined.returncode == 0, (temp / "head.log").read_text()[-2000:]
+        assert joined.returncode == 0, (joined.stderr.decode()[-2000:], (temp / "head.log").read_text()[-2000:])
         yield f"127.0.0.1:{port}", version
     finally:
         os.killpg(head.pid, 15)
@@ -85,7 +87,7 @@ def test_a_driver_on_another_ray_than_its_cluster_exits_2_naming_both_and_the_in
     address, theirs = other_head
     ours = version("ray")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
-    env["ELASTIC_TRAIN_HOME"] = str(tmp_path)
+    env.update(ELASTIC_TRAIN_HOME=str(tmp_path), RAY_AUTH_MODE="disabled")
     out = subprocess.run([sys.executable, "-m", "jobs.train", "--config", "configs/digits.yaml", "--address", address,
                           "train.epochs=1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
                          check=False)
