@@ -47,8 +47,12 @@ def ensure_ray():
     import ray
 
     if not ray.is_initialized():
-        # address="local": always our own instance, never a head someone started with `ray start`
-        ray.init(address="local", num_cpus=RAY_TEST_CPUS, include_dashboard=False, logging_level="ERROR")
+        from elastic_train.launch.context import embedded_dashboard
+
+        # address="local": always our own instance, never a head someone started with `ray start`; a dashboard
+        # where a run's embedded Ray would have one (the public path's PlacementGroupCleaner needs its state API)
+        ray.init(address="local", num_cpus=RAY_TEST_CPUS, include_dashboard=embedded_dashboard(),
+                 logging_level="ERROR")
     return ray
 
 
