@@ -55,6 +55,8 @@ def world(tmp_path_factory):
     # mlflow, save, driver: `make test-long`; it found the orphaned sender (tests/e2e/test_orphan_sender.py)
     pytest.param(22, marks=[pytest.mark.long, pytest.mark.soak]),
 ])
+# ~80 s: a fault-free reference run, then the campaign: each of its faults is a worker group restart (~5-10 s on
+# 2 cores), and the run must go on to its end to be compared with the reference bit for bit
 def test_a_short_mixed_fault_campaign_survives_and_loses_nothing(world, seed):
     from bench.chaos import KINDS, WORKER_KINDS, campaign, passed
 

@@ -32,6 +32,8 @@ def n_train(n: int) -> int:
     return int((~val_mask(np.arange(n), 0.2, SEED)).sum())
 
 
+# ~80 s: two streamed epochs (Ray Data's executor starts per epoch and per restart, ~10 s each on 2 cores) around
+# a killed worker, then the restart's own executor; the exactly-once check needs the whole epoch after the kill
 def test_stream_mode_killed_worker_is_exactly_once_per_epoch(ray_session, home, tmp_path, monkeypatch, capsys):
     n = write_digits_parquet(str(tmp_path / "digits"), files=4)
     marker, trace = tmp_path / "fault-fired", tmp_path / "trace"

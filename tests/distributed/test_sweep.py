@@ -60,6 +60,7 @@ def runs_named(summary: dict, name: str) -> list:
     return client.search_runs([exp], filter_string=f"tags.`elastic_train.run_name` = '{name}'")
 
 
+# ~60 s, once for the module's eight tests: a real 6-trial ASHA sweep of 2-worker trials on the session's Ray
 @pytest.fixture(scope="module")
 def asha(ray_module, session_home, tmp_path_factory):
     """A 4-trial ASHA grid sweep; the first trial to reach step 3 loses a worker once (its own budget recovers)."""
@@ -335,6 +336,8 @@ def kill_sweep_when(ray_session, home: Path, name: str, overrides: list[str], re
         proc.wait()
 
 
+# ~60-80 s: two sweeps' start-ups (the killed driver's and the resumed one's) and two trials, one of them
+# stretched (0.3 s a step) so that the kill lands while it trains, after the other finished
 def test_a_killed_sweep_resumes_without_rerunning_finished_trials(ray_session, home):
     """SIGKILL the sweep's driver while trial 2 trains (trial 1 done), then ``--resume NAME``."""
     from elastic_train.launch.storage import SNAPSHOT_FILE, RunStorage

@@ -133,6 +133,8 @@ def test_a_lost_host_shrinks_the_run_and_its_return_grows_it(sim):
     assert ray_chatter(job.console()) == [], job.console()[-3000:]
 
 
+# ~2 min: Ray's health check needs ~10 s of silence to declare the host dead, the run then trains on one host, the
+# heal is followed by the raylet's exit and a --rejoin, and the run must end after its regrowth to two hosts
 def test_a_partitioned_host_neither_hangs_the_run_nor_trains_a_sample_twice_and_rejoins(sim):
     # long enough to grow back after the heal: the rejoin (12-41 s measured), Ray's node view and the coordinator's
     # 20 s tick, a group restart. 5 epochs sufficed only while every group took 10-20 s to form (the hosts'
