@@ -232,12 +232,14 @@ def main(argv: list[str] | None = None) -> None:
                    "engine_ray_train_phases_s": p["engine"]["ray_train_phases_s"],
                    "engine_spares": p["engine"]["spares"], "engine_cold_recovery_s": round(p["cold"]["recovery_s"], 2),
                    "engine_cold_phases_s": p["cold"]["ray_train_phases_s"]} for p in pairs],
-        "checkpoint_share": round(cadence["share"], 4),
-        "goal_checkpoint_share": 0.02,
-        "checkpoint_s": round(cadence["checkpoint_s"], 3),
-        "per_checkpoint_s": round(cadence["per_checkpoint_s"], 3),
-        "eval_share": round(cadence["eval_share"], 4),
-        "training_s": round(cadence["productive_s"], 2),
+        **({} if not cadence else {  # --no-cadence: no checkpoint-share run
+            "checkpoint_share": round(cadence["share"], 4),
+            "goal_checkpoint_share": 0.02,
+            "checkpoint_s": round(cadence["checkpoint_s"], 3),
+            "per_checkpoint_s": round(cadence["per_checkpoint_s"], 3),
+            "eval_share": round(cadence["eval_share"], 4),
+            "training_s": round(cadence["productive_s"], 2),
+        }),
     }, indent=2))
 
 
