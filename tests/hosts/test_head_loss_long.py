@@ -18,6 +18,7 @@ import pytest
 from cluster import sim as simulator
 from tests.helpers.trace import read_trace
 from tests.hosts.conftest import submit, wait_for
+from tests.hosts.test_head_loss import STEPS_PER_EPOCH, _worker_nodes
 from tests.hosts.test_hosts import (
     SPREAD,
     _checkpoint_attempts,
@@ -28,13 +29,6 @@ from tests.hosts.test_hosts import (
 )
 
 pytestmark = [pytest.mark.hosts, pytest.mark.long, pytest.mark.timeout(900)]
-
-STEPS_PER_EPOCH = 1438 // 32
-
-
-def _worker_nodes(sim: simulator.Sim) -> dict[str, str]:
-    workers = {h.ip for h in sim.hosts[1:]}
-    return {n["node_ip"]: n["node_id"] for n in simulator.alive_nodes(sim) if n.get("node_ip") in workers}
 
 
 @pytest.mark.soak
