@@ -66,7 +66,9 @@ def _sweep(args, launched: float | None = None) -> int:
     plan = sweep_plan.plan_sweep(args.config, args.overrides, args.resume, launched=launched)
     if args.print_config:
         return print_config(plan.cfg)
-    plan = replace(plan, ctx=context.connect_warming_store(plan.ctx, args.address))
+    # the sweep's reaper ends its trials' placement groups instead of Ray Train's cleaners (sweep/placement_groups.py)
+    plan = replace(plan, ctx=context.connect_warming_store(plan.ctx, args.address,
+                                                           starts_cleaner=not tuner.reaps_placement_groups()))
     limit = sweep_plan.check_concurrency(plan.cfg, plan.ctx.cluster)
     print(plan.header())
     print(f"  trials at once: {limit if limit else 'no limit (autoscaling)'}")

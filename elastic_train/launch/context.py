@@ -145,9 +145,11 @@ def use_internals(cfg: JobConfig) -> None:
 # ---------------------------------------------------------------------------------------- connect
 
 
-def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
+def connect_ray(address: str | None = None, timeout_s: float = 30.0, starts_cleaner: bool = True) -> str:
     """Connect to ``address`` / ``$RAY_ADDRESS``, else a live head started with ``ray start``, else start an
-    embedded Ray. Never hangs: an address that does not answer within ``timeout_s`` raises ConfigError (exit 2);
+    embedded Ray. ``starts_cleaner``: whether the job's Train runs start Ray Train's PlacementGroupCleaner (then its
+    processes may need ``RAY_ADDRESS``: :func:`reach.job_processes_env`).
+    Never hangs: an address that does not answer within ``timeout_s`` raises ConfigError (exit 2);
     a stale head left in ``ray_current_cluster`` is one warning line (:mod:`elastic_train.launch.reach`)."""
     import ray
 
@@ -173,7 +175,7 @@ def connect_ray(address: str | None = None, timeout_s: float = 30.0) -> str:
             ray.init(address="local", include_dashboard=embedded_dashboard(), **kwargs)
         else:
             reach.check_auth(target)  # a token mismatch: exit 2 in seconds, not 20 s of InvalidAuthToken lines
-            env = reach.job_processes_env(target, ray.util.get_node_ip_address)
+            env = reach.job_processes_env(target, ray.util.get_node_ip_address, starts_cleaner=starts_cleaner)
             try:
                 reach.bounded(lambda: init_on_cluster(target.init_address(), env, kwargs), timeout_s,
                               target.source, target.address)
@@ -246,7 +248,7 @@ def keep_sigterm_handler() -> Iterator[None]:
             signal.signal(signal.SIGTERM, ours)
 
 
-def connect(ctx: RunContext, address: str | None = None) -> RunContext:
+def connect(ctx: RunContext, address: str | None = None, starts_cleaner: bool = True) -> RunContext:
     """Build the data and the model once on the driver (a mistake exits 2, no cluster touched), then connect to
     Ray and check the cluster: nodes, resources, storage."""
     from elastic_train.launch.preflight import check_cluster, check_static, check_stream_cpus_first
@@ -257,7 +259,7 @@ def connect(ctx: RunContext, address: str | None = None) -> RunContext:
         return built
 
     def ray_start() -> str:
-        how = connect_ray(address, ctx.cfg.failure.connect_timeout_s)
+        how = connect_ray(address, ctx.cfg.failure.connect_timeout_s, starts_cleaner)
         timeline.mark("ray start")
         return how
 
@@ -365,13 +367,15 @@ def prepare(config_path: str | None, overrides: list[str], resume: str | None = 
     return track(connect_warming_store(ctx, address))
 
 
-def connect_warming_store(ctx: RunContext, address: str | None = None) -> RunContext:
+def connect_warming_store(ctx: RunContext, address: str | None = None, starts_cleaner: bool = True) -> RunContext:
     """:func:`connect`, with the tracking store opened in a thread meanwhile (jobs.train and jobs.sweep).
+    ``starts_cleaner``: whether this job's Train runs start Ray Train's PlacementGroupCleaner
+    (:func:`reach.job_processes_env`).
 
     Ray and torch are imported by now (this module imports preflight): the thread imports only MLflow's own
     modules, so the two threads do not race on one module graph's import locks."""
     warm = _open_store_in_background(ctx)
-    ctx = connect(ctx, address)
+    ctx = connect(ctx, address, starts_cleaner)
     if warm is not None:
         warm.join(timeout=STORE_WARMUP_WAIT_S)
     return ctx

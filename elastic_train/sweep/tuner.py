@@ -122,6 +122,12 @@ class TrialContext:
     env: dict[str, str] = field(default_factory=features.process_env)  # the driver's switch of internals
 
 
+def reaps_placement_groups() -> bool:
+    """Whether this sweep's reaper ends its trials' placement groups (sweep/placement_groups.py), so that its
+    trials start none of Ray Train's PlacementGroupCleaners (else they do: the public path)."""
+    return features.enabled("sweep_reaper")
+
+
 def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
     """Build (or restore) the Tuner and run it. Returns the ResultGrid and the orphaned placement groups removed."""
     from ray import tune
@@ -140,7 +146,7 @@ def run_tuner(plan: SweepPlan, limit: int | None) -> tuple[Any, list[str]]:
         from tracking.relay import start_relay
 
         relay = start_relay(parent.env)
-    reaped = features.enabled("sweep_reaper")  # else Ray Train's own cleaners (placement_groups.py)
+    reaped = reaps_placement_groups()  # else Ray Train's own cleaners (placement_groups.py)
     trial = TrialContext(base, plan.sweep_dir, RunResources(data_ref=data_ref, tracking_relay=relay,
                                                             placement_groups_reaped=reaped))
     callbacks: list[Any] = [TrialProgress(plan.sweep_dir, plan.cfg), TrialStatuses()]
