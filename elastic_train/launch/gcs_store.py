@@ -13,13 +13,21 @@ The driver runs on the head, in the environment ``ray start --head`` was given: 
 start-head.sh's user, and by KubeRay from ``gcsFaultToleranceOptions``); without it there is nothing to watch. A
 probe is a TCP connect and an inline ``PING``: any reply (``+PONG``, or ``-NOAUTH`` from a Redis with a password)
 means it answers, so the watch needs no password. Public only: a socket, no Ray internals.
+
+The watch is a small process of its own (``python -m elastic_train.launch.gcs_store ADDRESS PARENT_PID``), writing
+to the driver's stderr, not a thread of the driver: once the GCS is gone, the driver's Ray threads (its log and
+error-message subscribers) retry in C++ holding the GIL, and a watch thread there never ran again (seen with
+py-spy in a job submitted to a head whose Redis was killed: the line never came). It ends with its parent.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -30,7 +38,7 @@ TIMEOUT_S = 2.0
 AWAY_LINE = ("the GCS's Redis at {address} does not answer ({why}): Ray's GCS exits within seconds and this cluster "
              "about a minute later (RAY_gcs_rpc_server_reconnect_timeout_s) unless a head is started again with the "
              "Redis back; the run's checkpoints and MLflow run stay: submit the job again and it resumes by name")
-_watcher: RedisWatch | None = None
+_watcher: subprocess.Popen | None = None
 
 
 def probe(address: str, timeout_s: float = TIMEOUT_S) -> str | None:
@@ -81,11 +89,31 @@ class RedisWatch:
             self.check()
 
 
-def watch_from_environment() -> RedisWatch | None:
-    """Start this process's watch when the head runs with GCS fault tolerance (``RAY_REDIS_ADDRESS``); once."""
+def watch_from_environment() -> subprocess.Popen | None:
+    """Start this process's watch when the head runs with GCS fault tolerance (``RAY_REDIS_ADDRESS``); once. The
+    watch is a child process (module docstring) that shares this process's stderr and ends with it."""
     global _watcher
     address = os.environ.get("RAY_REDIS_ADDRESS", "").split(",")[0].strip().split("://")[-1]
     if not address or _watcher is not None:
         return _watcher
-    _watcher = RedisWatch(address).start()
+    try:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        _watcher = subprocess.Popen([sys.executable, "-m", __name__, address, str(os.getpid())], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True)
+    except OSError as e:  # no watch: the run goes on, the reason is said once
+        log.warning("warning: cannot watch the GCS's Redis at %s (%s): its loss would not be reported", address, e)
     return _watcher
+
+
+def _main(address: str, parent: int) -> int:
+    """The watch's process: probe until the parent is gone. Ctrl-C is the driver's to handle, not ours."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch = RedisWatch(address)
+    while os.getppid() == parent:
+        watch.check()
+        time.sleep(watch.interval_s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1], int(sys.argv[2])))

@@ -123,8 +123,6 @@ def test_f_a_lost_head_comes_back_with_gcs_fault_tolerance_and_the_job_resumes_b
 
 
 @pytest.mark.soak
-@pytest.mark.xfail(strict=True, reason="issue 53 item 5, open: in a job submitted to a head with GCS fault tolerance "
-                   "the driver's watch (launch/gcs_store.py) has not been seen to print its line; cause not found yet")
 @pytest.mark.long  # ~2.5 min; the line itself is unit-tested (tests/unit/test_redis_check.py)
 def test_a_redis_that_goes_away_mid_run_is_one_line_and_the_run_loses_nothing(ft_sim):
     """Ray 2.60's GCS exits within seconds of losing its Redis (after ~200 error lines, which the driver's console
@@ -133,6 +131,7 @@ def test_a_redis_that_goes_away_mid_run_is_one_line_and_the_run_loses_nothing(ft
     name, nothing lost."""
     g, epochs = 32, 2
     job = two_host_run(ft_sim, "hosts-r", epochs, g)
+    first_checkpoint(ft_sim, job)  # something to resume from (the resubmitted job must say it resumes)
     assert simulator.redis_stop(ft_sim) == 1
     t_stop = time.monotonic()
     try:

@@ -142,3 +142,25 @@ def test_the_drivers_watch_says_once_when_the_gcs_redis_goes_away_and_once_when_
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_the_watch_is_a_process_of_its_own_that_writes_the_line_to_the_drivers_stderr(monkeypatch, capfd):
+    """Once the GCS is gone, the driver's Ray threads hold the GIL while they retry: a watch thread in the driver
+    never ran again. The watch is a child process writing to the driver's stderr (fd 2), ending with it."""
+    from elastic_train.launch import gcs_store
+
+    port = _free_port()  # nothing listens: the Redis is away from the start
+    monkeypatch.setenv("RAY_REDIS_ADDRESS", f"127.0.0.1:{port}")
+    monkeypatch.setattr(gcs_store, "_watcher", None)
+    child = gcs_store.watch_from_environment()
+    try:
+        assert child is not None and gcs_store.watch_from_environment() is child  # once per process
+        deadline, err = time.monotonic() + 20, ""
+        while f"the GCS's Redis at 127.0.0.1:{port} does not answer" not in err:
+            assert time.monotonic() < deadline and child.poll() is None, err
+            time.sleep(0.1)
+            err += capfd.readouterr().err
+        assert err.count("does not answer") == 1 and err.count("\n") == 1, err
+    finally:
+        child.kill()
+        child.wait(10)
