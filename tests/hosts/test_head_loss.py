@@ -81,6 +81,8 @@ def _no_old_workers(sim: simulator.Sim) -> bool:
                                    for a in body["data"]["result"]["result"])
 
 
+# 45-100 s: a first checkpoint, the head killed and the job client's end, a new head and the worker hosts' raylets
+# back in it (they wait up to 60 s for a GCS), the lost driver's workers gone, then the resubmitted job to its end
 def test_f_a_lost_head_comes_back_with_gcs_fault_tolerance_and_the_job_resumes_by_name(ft_sim):
     g, epochs = 32, 2
     t_start = time.monotonic()
