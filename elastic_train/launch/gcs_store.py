@@ -28,7 +28,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 log = logging.getLogger(__name__)
@@ -57,21 +56,12 @@ def probe(address: str, timeout_s: float = TIMEOUT_S) -> str | None:
 
 
 class RedisWatch:
-    """A daemon thread probing ``address`` every ``interval_s``; it logs each change (away, back) once."""
+    """The watch's state: :meth:`check` probes ``address`` and logs each change (away, back) once; the watch's
+    process (:func:`_main`) calls it every ``interval_s``."""
 
     def __init__(self, address: str, interval_s: float = INTERVAL_S, timeout_s: float = TIMEOUT_S):
         self.address, self.interval_s, self.timeout_s = address, interval_s, timeout_s
         self.away_since: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gcs-redis-watch", daemon=True)
-
-    def start(self) -> RedisWatch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.interval_s + self.timeout_s + 1)
 
     def check(self) -> None:
         """One probe; a line when the answer changed."""
@@ -83,10 +73,6 @@ class RedisWatch:
             log.warning("the GCS's Redis at %s answers again (away %.0f s)", self.address,
                         time.monotonic() - self.away_since)
             self.away_since = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.check()
 
 
 def watch_from_environment() -> subprocess.Popen | None:

@@ -230,14 +230,13 @@ def job_processes_env(target: RayTarget, node_ip: Callable[[], str], *, starts_c
     parsed = host_port(target.address)
     if parsed is None or not starts_cleaner:
         return {}
-    host, port = parsed
-    if host.startswith(LOOPBACK):
-        host = node_ip()
+    def as_every_node_sees(hp: tuple[str, int]) -> tuple[str, int]:  # loopback named it from this node
+        return (node_ip() if hp[0].startswith(LOOPBACK) else hp[0], hp[1])
+
+    host, port = as_every_node_sees(parsed)
     recorded = host_port(_read(cluster_file(environ)) or "")
-    if recorded is not None:
-        r_host, r_port = recorded
-        if (node_ip() if r_host.startswith(LOOPBACK) else r_host, r_port) == (host, port):
-            return {}
+    if recorded is not None and as_every_node_sees(recorded) == (host, port):
+        return {}
     return {"RAY_ADDRESS": f"[{host}]:{port}" if ":" in host else f"{host}:{port}"}
 
 
